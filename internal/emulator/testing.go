@@ -1,0 +1,173 @@
+package emulator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+)
+
+const (
+	// mainStartTimeout bounds Main's start-up; a healthy emulator needs well
+	// under a second.
+	mainStartTimeout = time.Minute
+	// contextTimeout is Context's default budget per test.
+	contextTimeout = 2 * time.Minute
+	// deadlineMargin leaves time, before the -timeout panic, for a failing
+	// call to be reported.
+	deadlineMargin = 5 * time.Second
+	// dropTimeout bounds the clean-up drop; it takes milliseconds unless the
+	// emulator is gone, when the admin client would retry for much longer.
+	dropTimeout = 5 * time.Second
+)
+
+// shared is the package's emulator, set once by Main before any test runs.
+var shared struct {
+	ran bool
+	emu *Emulator
+	err error // why emu is nil
+}
+
+// Main is for TestMain, so a whole test package shares one emulator:
+//
+//	func TestMain(m *testing.M) { emulator.Main(m) }
+//
+// It adopts SPANNER_EMULATOR_HOST if set, else starts an emulator and sets
+// SPANNER_EMULATOR_HOST to it, so code under test that builds its own spanner
+// clients reaches it too. If neither works, tests calling Shared skip with
+// the reason, or fail when CI=true. It stops what it started after the tests,
+// also on SIGINT/SIGTERM, and exits with the tests' status.
+func Main(m *testing.M) {
+	// The spanner client prints a 15-line banner per client by default,
+	// drowning test logs; an explicit setting is respected.
+	if _, set := os.LookupEnv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS"); !set {
+		_ = os.Setenv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS", "true")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), mainStartTimeout)
+	shared.emu, shared.err = startShared(ctx)
+	cancel()
+	shared.ran = true
+
+	if shared.emu == nil {
+		os.Exit(m.Run())
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go stopOnSignal(sigs, shared.emu)
+	code := m.Run()
+	signal.Stop(sigs)
+	if err := shared.emu.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "emulator: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+func startShared(ctx context.Context) (*Emulator, error) {
+	if host := os.Getenv("SPANNER_EMULATOR_HOST"); host != "" {
+		e, err := External(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("using SPANNER_EMULATOR_HOST=%s: %w", host, err)
+		}
+		return e, nil
+	}
+	e, err := Start(ctx, Options{})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Setenv("SPANNER_EMULATOR_HOST", e.Host()); err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("exporting SPANNER_EMULATOR_HOST: %w", err)
+	}
+	return e, nil
+}
+
+// stopOnSignal kills the emulator before an interrupted test binary exits;
+// the emulator has its own process group, so a terminal's Ctrl-C never
+// reaches it directly.
+func stopOnSignal(sigs chan os.Signal, e *Emulator) {
+	sig := <-sigs
+	_ = e.Stop()
+	code := 1
+	if s, ok := sig.(syscall.Signal); ok {
+		code = 128 + int(s) // the shell's convention for death by signal
+	}
+	os.Exit(code)
+}
+
+// Shared returns the package's emulator so tests need no set-up of their own.
+// Without one the test is skipped with the reason, except under CI=true,
+// where a missing emulator is a failure, never a silent skip.
+func Shared(t testing.TB) *Emulator {
+	t.Helper()
+	if !shared.ran {
+		t.Fatal("emulator.Main did not run: add func TestMain(m *testing.M) { emulator.Main(m) } to this package")
+	}
+	if shared.err != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("Spanner emulator unavailable (failing, not skipping, because CI=true): %v", shared.err)
+		}
+		t.Skipf("Spanner emulator unavailable, skipping: %v", shared.err)
+	}
+	return shared.emu
+}
+
+// Database gives the test a fresh database on the shared emulator, with ddl
+// applied, so tests cannot see each other's data. It returns the full path.
+// The database is dropped at cleanup (after clients made later by Client are
+// closed), because an instance holds at most 100 databases.
+func Database(t testing.TB, ddl ...string) string {
+	t.Helper()
+	e := Shared(t)
+	db, err := e.CreateDatabase(Context(t), ddl...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// t.Context is already canceled here.
+		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
+		defer cancel()
+		if err := e.dropDatabase(ctx, db); err != nil {
+			t.Error(err)
+		}
+	})
+	return db
+}
+
+// Client returns a spanner.Client for db on the shared emulator. It is closed
+// in t.Cleanup, so it never outlives the emulator (which would leave it
+// retrying for a minute).
+func Client(t testing.TB, db string) *spanner.Client {
+	t.Helper()
+	e := Shared(t)
+	c, err := e.NewClient(Context(t), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Context bounds calls against the emulator, because the spanner client
+// retries Unavailable for 60 s even without a deadline: if the emulator dies
+// the test fails with an error instead of hanging. The deadline is 2 minutes
+// from now, or 5 s before the test binary's -timeout, whichever is earlier.
+// Like t.Context, it is canceled before Cleanup functions run.
+func Context(t testing.TB) context.Context {
+	t.Helper()
+	deadline := time.Now().Add(contextTimeout)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if td, ok := d.Deadline(); ok && td.Add(-deadlineMargin).Before(deadline) {
+			deadline = td.Add(-deadlineMargin)
+		}
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), deadline)
+	t.Cleanup(cancel)
+	return ctx
+}

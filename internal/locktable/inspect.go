@@ -1,0 +1,199 @@
+package locktable
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"cloud.google.com/go/spanner"
+)
+
+// Inspection is a live lock table compared with its definition.
+type Inspection struct {
+	Table string
+	// Exists reports whether the lock table itself is in the database.
+	Exists bool
+	// Version is the highest schema version the live table fully satisfies,
+	// 0 when it satisfies none (it drifted, or does not exist).
+	Version int
+	// Live is what INFORMATION_SCHEMA reports for the tables of the family.
+	Live Schema
+	// Diffs are the differences from the latest version; empty when current.
+	Diffs []Diff
+}
+
+// Diff is one difference between a live table and the latest definition.
+type Diff struct {
+	Table   string
+	Column  string // "" when the difference is about the table
+	Problem string
+	// Fix is the statement that repairs the difference in place without
+	// touching data, or "" when there is no such statement.
+	Fix string
+	// Advice says what an operator can do when there is no Fix.
+	Advice string
+}
+
+func (d Diff) String() string {
+	if d.Fix == "" && d.Advice != "" {
+		return d.Problem + " (" + d.Advice + ")"
+	}
+	return d.Problem
+}
+
+// Current reports whether the table exists at the latest version with no drift.
+func (i Inspection) Current() bool {
+	return i.Exists && len(i.Diffs) == 0
+}
+
+// Plan returns the statements that bring the table to the latest version, in
+// order. It returns an error listing every difference that no additive
+// statement can repair; nothing in a plan drops a column or a table.
+func (i Inspection) Plan() ([]string, error) {
+	var stmts, unfixable []string
+	for _, d := range i.Diffs {
+		if d.Fix == "" {
+			unfixable = append(unfixable, d.String())
+			continue
+		}
+		stmts = append(stmts, d.Fix)
+	}
+	if len(unfixable) > 0 {
+		return nil, fmt.Errorf("table %s cannot be migrated in place: %s", i.Table, strings.Join(unfixable, "; "))
+	}
+	return stmts, nil
+}
+
+// Inspect reads the named lock table's schema through INFORMATION_SCHEMA and
+// compares it with every version of the definition.
+func Inspect(ctx context.Context, db *spanner.Client, table string) (Inspection, error) {
+	if err := ValidateTableName(table); err != nil {
+		return Inspection{}, err
+	}
+	want := Definition(table, Latest)
+	live, err := readSchema(ctx, db, want)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect table %s: %w", table, err)
+	}
+	ins := Inspection{Table: table, Live: live, Diffs: compare(live, want)}
+	_, ins.Exists = live.Table(table)
+	for v := Latest; v >= 1 && ins.Exists; v-- {
+		if len(compare(live, Definition(table, v))) == 0 {
+			ins.Version = v
+			break
+		}
+	}
+	return ins, nil
+}
+
+// compare lists how live differs from want, each difference with its repair.
+func compare(live, want Schema) []Diff {
+	var diffs []Diff
+	for _, wt := range want.Tables {
+		lt, ok := live.Table(wt.Name)
+		if !ok {
+			diffs = append(diffs, Diff{Table: wt.Name, Problem: fmt.Sprintf("table %s does not exist", wt.Name), Fix: createStatement(wt)})
+			continue
+		}
+		diffs = append(diffs, compareTable(lt, wt)...)
+	}
+	return diffs
+}
+
+func compareTable(lt, wt Table) []Diff {
+	var diffs []Diff
+	problem := func(column, format string, args ...any) Diff {
+		return Diff{Table: wt.Name, Column: column, Problem: fmt.Sprintf(format, args...)}
+	}
+	if !strings.EqualFold(strings.Join(lt.Key, ","), strings.Join(wt.Key, ",")) {
+		d := problem("", "table %s has primary key (%s), expected (%s)", wt.Name, strings.Join(lt.Key, ", "), strings.Join(wt.Key, ", "))
+		d.Advice = "a primary key cannot change in place: create a new table and point spannerlock at it"
+		diffs = append(diffs, d)
+	}
+	if !strings.EqualFold(lt.Parent, wt.Parent) {
+		d := problem("", "table %s is interleaved in %q, expected %q", wt.Name, lt.Parent, wt.Parent)
+		d.Advice = "interleaving cannot change in place: create a new table and point spannerlock at it"
+		diffs = append(diffs, d)
+	}
+	for _, wc := range wt.Columns {
+		lc, ok := lt.Column(wc.Name)
+		if !ok {
+			d := problem(wc.Name, "column %s.%s does not exist", wt.Name, wc.Name)
+			if !wc.NotNull || wc.Default != "" {
+				d.Fix = addColumnStatement(wt.Name, wc)
+			} else {
+				d.Advice = "a NOT NULL column without a default cannot be added to a table with rows"
+			}
+			diffs = append(diffs, d)
+			continue
+		}
+		diffs = append(diffs, compareColumn(wt.Name, lc, wc)...)
+	}
+	for _, lc := range lt.Columns {
+		if _, ok := wt.Column(lc.Name); ok || !lc.NotNull || lc.Default != "" {
+			continue
+		}
+		d := problem(lc.Name, "column %s.%s is NOT NULL without a default, and spannerlock does not write it", wt.Name, lc.Name)
+		d.Advice = "give it a DEFAULT or drop it; spannerlock never drops columns itself"
+		diffs = append(diffs, d)
+	}
+	return diffs
+}
+
+func compareColumn(table string, lc, wc Column) []Diff {
+	var diffs []Diff
+	add := func(fix, format string, args ...any) {
+		diffs = append(diffs, Diff{Table: table, Column: wc.Name, Problem: fmt.Sprintf(format, args...), Fix: fix})
+	}
+	if !strings.EqualFold(lc.Type, wc.Type) {
+		diffs = append(diffs, Diff{
+			Table: table, Column: wc.Name,
+			Problem: fmt.Sprintf("column %s.%s is %s, expected %s", table, wc.Name, lc.Type, wc.Type),
+			Advice:  "changing a column's type can lose data; convert it by hand with ALTER TABLE if Spanner allows it",
+		})
+		// The remaining checks would describe a column that is being replaced.
+		return diffs
+	}
+	switch {
+	case wc.NotNull && !lc.NotNull:
+		// Spanner validates the rows and refuses the change if any is NULL.
+		add(fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s %s NOT NULL", Quote(table), Quote(wc.Name), wc.Type),
+			"column %s.%s allows NULL, expected NOT NULL", table, wc.Name)
+	case !wc.NotNull && lc.NotNull:
+		add(relaxNotNullStatement(table, wc), "column %s.%s is NOT NULL, expected nullable", table, wc.Name)
+	}
+	if lc.CommitTimestamp != wc.CommitTimestamp {
+		add(commitTimestampStatement(table, wc), "column %s.%s has allow_commit_timestamp = %t, expected %t", table, wc.Name, lc.CommitTimestamp, wc.CommitTimestamp)
+	}
+	if normalizeExpression(lc.Default) != normalizeExpression(wc.Default) {
+		add(defaultStatement(table, wc), "column %s.%s has default %q, expected %q", table, wc.Name, lc.Default, wc.Default)
+	}
+	return diffs
+}
+
+// normalizeExpression makes two spellings of one default expression compare
+// equal: INFORMATION_SCHEMA reports it without the DDL's outer parentheses and
+// with its own spacing.
+func normalizeExpression(e string) string {
+	e = strings.ToUpper(strings.Join(strings.Fields(e), ""))
+	for strings.HasPrefix(e, "(") && strings.HasSuffix(e, ")") && balanced(e[1:len(e)-1]) {
+		e = e[1 : len(e)-1]
+	}
+	return e
+}
+
+func balanced(s string) bool {
+	depth := 0
+	for _, r := range s {
+		switch r {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth < 0 {
+				return false
+			}
+		}
+	}
+	return depth == 0
+}

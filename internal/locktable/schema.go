@@ -1,0 +1,136 @@
+// Package locktable is the one source of truth for the schema of a spannerlock
+// table: the versioned definition, the DDL rendered from it, inspection of a
+// live table through INFORMATION_SCHEMA, and the additive plan that brings any
+// older or drifted table to the latest version without losing data.
+//
+// A version is a list of changes applied on top of the previous one. Every
+// change is additive (a new table, a new nullable column, an option, a
+// default), so a table at any older version can be migrated in place and the
+// plan never drops a column or table.
+package locktable
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+)
+
+// Column is one column as both the DDL and INFORMATION_SCHEMA describe it.
+type Column struct {
+	Name    string
+	Type    string // SPANNER_TYPE spelling, e.g. "STRING(MAX)", "INT64".
+	NotNull bool
+	// CommitTimestamp is OPTIONS (allow_commit_timestamp = true). The runtime
+	// writes PENDING_COMMIT_TIMESTAMP() into these columns, so drift here
+	// breaks every acquisition.
+	CommitTimestamp bool
+	// Default is the DEFAULT expression without its parentheses, "" for none.
+	Default string
+}
+
+// Table is one table of the family a lock table consists of.
+type Table struct {
+	Name    string
+	Columns []Column
+	Key     []string
+	// Parent is the table this one is interleaved in, "" for a top-level table.
+	Parent string
+}
+
+// Column returns the named column, or false.
+func (t Table) Column(name string) (Column, bool) {
+	i := slices.IndexFunc(t.Columns, func(c Column) bool { return c.Name == name })
+	if i < 0 {
+		return Column{}, false
+	}
+	return t.Columns[i], true
+}
+
+// Schema is every table that makes up one lock table, parents first.
+type Schema struct {
+	Tables []Table
+}
+
+// Table returns the named table, or false.
+func (s Schema) Table(name string) (Table, bool) {
+	i := slices.IndexFunc(s.Tables, func(t Table) bool { return t.Name == name })
+	if i < 0 {
+		return Table{}, false
+	}
+	return s.Tables[i], true
+}
+
+// change is one additive step of a version.
+type change func(s *Schema, table string)
+
+// versions lists, per schema version, the changes on top of the previous one.
+// Append only: a released version never changes, or tables created from it
+// would inspect as drifted.
+var versions = [][]change{
+	1: {
+		createTable(func(table string) Table {
+			return Table{
+				Name: table,
+				Columns: []Column{
+					{Name: "name", Type: "STRING(1024)", NotNull: true},
+					// token is the fencing token: it only ever grows, by one per
+					// acquisition of the name.
+					{Name: "token", Type: "INT64", NotNull: true},
+					{Name: "holder_id", Type: "STRING(1024)"},
+					// session_id identifies the Client that holds the lease; NULL
+					// once released. Renewals compare-and-set on it.
+					{Name: "session_id", Type: "STRING(64)"},
+					// ttl_ms is the TTL the holder acquired with; every reader
+					// judges expiry by it, not by its own setting.
+					{Name: "ttl_ms", Type: "INT64"},
+					{Name: "acquired_at", Type: "TIMESTAMP", CommitTimestamp: true},
+					{Name: "renewed_at", Type: "TIMESTAMP", CommitTimestamp: true},
+					{Name: "payload", Type: "BYTES(MAX)"},
+				},
+				Key: []string{"name"},
+			}
+		}),
+	},
+}
+
+// Latest is the schema version new tables are created at and old ones migrated to.
+var Latest = len(versions) - 1
+
+func createTable(define func(table string) Table) change {
+	return func(s *Schema, table string) {
+		s.Tables = append(s.Tables, define(table))
+	}
+}
+
+// Definition returns the schema of the given version for the named lock table.
+func Definition(table string, version int) Schema {
+	if version < 1 || version > Latest {
+		panic(fmt.Sprintf("locktable: no schema version %d (versions are 1..%d)", version, Latest))
+	}
+	var s Schema
+	for _, v := range versions[1 : version+1] {
+		for _, c := range v {
+			c(&s, table)
+		}
+	}
+	return s
+}
+
+// MaxTableNameLength leaves room for the suffixes of the companion tables a
+// later version may add within Spanner's 128-character limit.
+const MaxTableNameLength = 100
+
+var tableNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
+
+// ValidateTableName reports why name cannot name a lock table, or nil.
+func ValidateTableName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("table name is empty")
+	case len(name) > MaxTableNameLength:
+		return fmt.Errorf("table name %q is %d characters long; the limit is %d", name, len(name), MaxTableNameLength)
+	case !tableNamePattern.MatchString(name):
+		return fmt.Errorf("table name %q must start with a letter and contain only letters, digits and underscores", name)
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"cloud.google.com/go/spanner"
+)
+
+// TryAcquire acquires the named lease if no one holds it, in one read-write
+// transaction. When a live holder has it, including this Client (leases are
+// not re-entrant), the error matches ErrNotAcquired and, for another holder,
+// is a *HeldError naming it.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	if err := validateName("lease name", name); err != nil {
+		return nil, fmt.Errorf("lease: TryAcquire: %w", err)
+	}
+	busy, err := c.reserve(name)
+	if err != nil {
+		return nil, err
+	}
+	if busy != nil {
+		return nil, fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, name)
+	}
+	l, _, err := c.acquireOnce(ctx, name, newAcquireConfig(opts))
+	return c.finish(name, l, err)
+}
+
+// Acquire blocks until it holds the named lease or ctx ends; then it returns
+// an error wrapping ctx.Err(). While another process holds the lease it reads
+// the lease row at most once per poll interval, and sooner when the holder's
+// lease is due to expire; a Release in this process wakes it at once.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	if err := validateName("lease name", name); err != nil {
+		return nil, fmt.Errorf("lease: Acquire: %w", err)
+	}
+	cfg := newAcquireConfig(opts)
+	w := waiter{c: c, name: name}
+	for {
+		busy, err := c.reserve(name)
+		if err != nil {
+			return nil, err
+		}
+		if busy != nil {
+			if err := w.sleep(ctx, busy, 0); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		l, holder, err := c.acquireOnce(ctx, name, cfg)
+		if l, err = c.finish(name, l, err); err == nil {
+			return l, nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("lease: Acquire %q: %w", name, ctx.Err())
+		case errors.Is(err, ErrNotAcquired):
+			err = w.untilFree(ctx, holder)
+		case errors.Is(err, ErrClosed):
+		case transient(err):
+			c.log.Warn("acquire failed; retrying", "name", name, "err", err)
+			err = w.sleep(ctx, nil, 0)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// errHeld rolls back an acquiring transaction that found a live holder.
+var errHeld = errors.New("held")
+
+// acquireOnce runs the acquiring transaction once (the Spanner client retries
+// aborts). When the lease is held it returns the holder's row.
+func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig) (*Lease, row, error) {
+	var (
+		sent    time.Time
+		token   int64
+		wrote   bool
+		blocker row
+	)
+	resp, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+		sent, wrote = time.Now(), false
+		r, err := readRow(ctx, tx, c.sql, name)
+		if err != nil {
+			return err
+		}
+		// A live row of this Client's session that reserve let us acquire is
+		// an orphan: an acquisition whose commit was never confirmed, or a
+		// lease presumed lost at its local deadline. Nothing uses it, so this
+		// acquisition supersedes it with a larger token.
+		if r.live && r.sessionID.StringVal != c.session {
+			blocker = r
+			return errHeld
+		}
+		token = r.token + 1
+		wrote = true
+		return tx.BufferWrite([]*spanner.Mutation{spanner.InsertOrUpdate(c.sql.table,
+			[]string{"name", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload"},
+			[]any{name, token, c.cfg.holderID, c.session, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload},
+		)})
+	}, spanner.TransactionOptions{TransactionTag: "spannerlock-acquire"})
+
+	acquiredAt := resp.CommitTs
+	switch {
+	case errors.Is(err, errHeld):
+		return nil, blocker, &HeldError{Holder: blocker.holder()}
+	case err != nil && wrote:
+		// The commit may have happened (DEADLINE_EXCEEDED or UNAVAILABLE on
+		// Commit): read the row rather than guess.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ttl/2)
+		defer cancel()
+		r, rerr := readRow(rctx, c.db.Single(), c.sql, name)
+		if rerr != nil || !r.heldBy(c.session, token) {
+			return nil, row{}, c.explain(err)
+		}
+		c.log.Info("acquisition committed despite an error", "name", name, "token", token, "err", err)
+		acquiredAt = r.acquired.Time
+	case err != nil:
+		return nil, row{}, c.explain(err)
+	}
+	c.log.Debug("acquired", "name", name, "token", token)
+	return newLease(c, name, token, cfg.payload, acquiredAt, sent), row{}, nil
+}
+
+// reserve claims name for one acquisition by this Client. It returns a
+// channel to wait on when the name is already held or being acquired here.
+func (c *Client) reserve(name string) (<-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	st := c.state(name)
+	if st.acquiring || st.held != nil {
+		return st.changed, nil
+	}
+	st.acquiring = true
+	return nil, nil
+}
+
+// finish ends the reservation of name, registering l as held.
+func (c *Client) finish(name string, l *Lease, err error) (*Lease, error) {
+	c.mu.Lock()
+	st := c.state(name)
+	st.acquiring = false
+	closed := c.closed
+	if l != nil && !closed {
+		st.held = l
+		c.startKeeper()
+	}
+	c.settle(name, st)
+	c.mu.Unlock()
+	if l != nil && closed {
+		// Close ran while the transaction was in flight: give the lease back.
+		l.end(ErrClosed)
+		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
+		defer cancel()
+		_, _ = c.releaseRows(ctx, []leaseKey{{Name: name, Token: l.token}})
+		return nil, ErrClosed
+	}
+	return l, err
+}
+
+// forget drops an ended lease from the Client and wakes local waiters.
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.names[l.name]; st != nil && st.held == l {
+		st.held = nil
+		c.settle(l.name, st)
+	}
+}
+
+// waiter paces one blocked acquisition.
+type waiter struct {
+	c       *Client
+	name    string
+	attempt int
+}
+
+// untilFree waits until the lease described by holder may be free: a release
+// in this process, its expiry by Spanner's clock, or a poll that finds it free.
+func (w *waiter) untilFree(ctx context.Context, holder row) error {
+	signal, unsubscribe := subscribe(w.c.signalPrefix + w.name)
+	defer unsubscribe()
+	for {
+		if err := w.sleep(ctx, signal, holder.remaining()); err != nil || isClosed(signal) {
+			return err
+		}
+		r, err := readRow(ctx, w.c.db.Single(), w.c.sql, w.name)
+		switch {
+		case err != nil && ctx.Err() == nil && transient(err):
+			w.c.log.Warn("polling a held lease failed; retrying", "name", w.name, "err", err)
+			continue
+		case err != nil:
+			return w.c.explain(err)
+		case !r.live || r.sessionID.StringVal == w.c.session:
+			return nil
+		}
+		holder = r
+	}
+}
+
+// sleep waits for the next backoff step, cut short by wake, by expiry of
+// whatever blocks us (when positive), by ctx, or by Close.
+func (w *waiter) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration) error {
+	d := backoff(w.attempt, w.c.cfg.pollInterval)
+	w.attempt++
+	if expiry > 0 && expiry+expiryGrace < d {
+		d = expiry + expiryGrace
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("lease: Acquire %q: %w", w.name, ctx.Err())
+	case <-w.c.background.Done():
+		return ErrClosed
+	case <-wake:
+	case <-t.C:
+	}
+	return nil
+}
+
+// expiryGrace lets Spanner's clock pass a holder's expiry before we look,
+// so a waiter polls once per expiry rather than just before it.
+const expiryGrace = 5 * time.Millisecond
+
+// backoff grows from 25ms to limit, jittered upwards so that waiters spread
+// out without ever polling more often than once per limit.
+func backoff(attempt int, limit time.Duration) time.Duration {
+	d := limit
+	if attempt < 16 {
+		d = min(limit, 25*time.Millisecond<<attempt)
+	}
+	return d + time.Duration(rand.Int64N(int64(d/4)+1))
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

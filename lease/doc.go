@@ -1,0 +1,89 @@
+// Package lease provides distributed locks, leases and leader election on
+// Google Cloud Spanner, with monotonic fencing tokens.
+//
+// A Client works on one lock table (create it with the Terraform resource
+// spannerlock_table, or apply DDL(table) with your own migration tool):
+//
+//	c, err := lease.NewClient(db, "locks", lease.WithTTL(10*time.Second))
+//	l, err := c.Acquire(ctx, "nightly-report")
+//	defer l.Release(ctx)
+//	// Work under l.Context(): it is cancelled if the lease is lost.
+//	_, err = db.ReadWriteTransaction(l.Context(), func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+//		if err := l.Guard(ctx, txn); err != nil {
+//			return err // lost: nothing this transaction wrote will commit
+//		}
+//		return txn.BufferWrite(...)
+//	})
+//
+// # Guarantees
+//
+// Fencing tokens. Every acquisition of a name gets a token one larger than
+// the previous acquisition's, across releases, expiries and holders; the
+// first acquisition of a name gets 1. Tokens are never hashes and never
+// reused. Guard checks the token inside your own Spanner transaction; systems
+// outside Spanner should store the largest token they have seen and reject
+// smaller ones.
+//
+// Spanner's clock. A lease expires when Spanner's CURRENT_TIMESTAMP() passes
+// the commit timestamp of its last renewal plus the TTL stored with it when
+// it was acquired. No client clock is compared with another, and every reader
+// judges expiry by the holder's TTL, not its own.
+//
+// One transaction per acquisition. Acquiring a free or expired lease is one
+// read-write transaction (two RPCs). Releasing is one more. Renewal renews
+// every lease a Client holds in one transaction per renewal interval (two
+// RPCs per interval, whatever the number of leases), as a compare-and-set on
+// the Client's session and each lease's token; a lease the renewal does not
+// find live and unchanged is lost.
+//
+// Loss before takeover. A lease's Context is cancelled when a renewal
+// confirms the lease is gone, and at its local deadline: the start of the
+// last confirmed renewal (or of the acquisition) plus TTL minus a safety
+// margin of TTL/10, on the monotonic clock. A Spanner commit timestamp is
+// never earlier than the moment its transaction began, so the holder's
+// Context ends before any rival can acquire. The margin is the time the
+// holder has to stop work.
+//
+// No false alarms. A failed renewal (one lost RPC, an abort, a brief outage)
+// is retried with backoff until the local deadline; the Context is cancelled
+// only when ownership is confirmed lost or the deadline passes.
+//
+// Ambiguous commits. When a commit fails in a way that leaves its outcome
+// unknown (DEADLINE_EXCEEDED or UNAVAILABLE on Commit), Acquire and Release
+// read the row to learn what happened instead of guessing; a renewal with an
+// unknown outcome extends nothing and is retried.
+//
+// # Details
+//
+//   - TTL defaults to 10s and must be at least 1s; the renewal interval
+//     (WithRenewInterval) defaults to TTL/3 and may not exceed it.
+//   - Acquire blocks until the lease is held or ctx ends, and then returns an
+//     error wrapping ctx.Err(). While another process holds the lease it
+//     reads the lease row at most once per poll interval (WithPollInterval,
+//     default 1s) and wakes at the holder's expiry; a Release in the same
+//     process wakes it at once.
+//   - TryAcquire returns an error matching ErrNotAcquired (a *HeldError that
+//     names the holder) when the lease is held, including by the same Client:
+//     leases are not re-entrant.
+//   - Holder returns an error matching ErrNoHolder when no one holds the lease.
+//     Holder.HolderID is exactly the WithHolderID value.
+//   - Guard reads the lease row inside the caller's transaction and checks
+//     holder, token and expiry on Spanner's clock; it never trusts the local
+//     Context alone. Run the transaction under l.Context().
+//   - Release makes the lease acquirable at once. Release of a lease that was
+//     already lost returns an error matching ErrLeaseLost; a second Release
+//     returns nil.
+//   - Close releases every lease the Client holds and returns within the TTL
+//     (at most 5s) even when Spanner is unreachable; it does not close the
+//     spanner.Client.
+//   - Campaign runs a leader election that rejoins after a loss and calls its
+//     callbacks only on transitions; Observe reports changes of holder.
+//
+// # Assumptions
+//
+// Safety (one holder at a time, as seen by Guard) relies only on Spanner's
+// transactions. The early loss signal additionally assumes the holder's
+// monotonic clock does not run more than 10% slow over one TTL, and that a
+// process resumed after a pause longer than the safety margin checks its
+// Context or uses Guard before acting; that is what fencing tokens are for.
+package lease

@@ -1,0 +1,136 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+// counterDDL is the fenced resource: a counter and the last token that wrote it.
+const counterDDL = `CREATE TABLE counters (name STRING(MAX) NOT NULL, value INT64 NOT NULL, last_token INT64 NOT NULL) PRIMARY KEY (name)`
+
+// guardedIncrement adds one to the counter inside a transaction protected by
+// Guard. It fails if the token is not larger than the last one that wrote:
+// the order of accepted writes is Spanner's commit order, so this checks that
+// tokens grow in the order the critical sections really happened.
+func guardedIncrement(ctx context.Context, sc *spanner.Client, l *lease.Lease) error {
+	_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+		if err := l.Guard(ctx, txn); err != nil {
+			return err
+		}
+		r, err := txn.ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value", "last_token"})
+		if err != nil {
+			return err
+		}
+		var value, last int64
+		if err := r.Columns(&value, &last); err != nil {
+			return err
+		}
+		if l.Token() <= last {
+			return fmt.Errorf("token %d is not larger than the previous writer's %d", l.Token(), last)
+		}
+		return txn.BufferWrite([]*spanner.Mutation{spanner.Update("counters",
+			[]string{"name", "value", "last_token"}, []any{"c", value + 1, l.Token()})})
+	})
+	return err
+}
+
+func TestMutualExclusionWithGuardedWrites(t *testing.T) {
+	const (
+		clients    = 8
+		increments = 6
+	)
+	ctx := emulator.Context(t)
+	db := emulator.Database(t, append(lease.DDL(table), counterDDL)...)
+	setup := emulator.Client(t, db)
+	_, err := setup.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
+	fatalIf(t, err, "seed counter")
+
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		sc := emulator.Client(t, db)
+		c := newClientWith(t, sc, lease.WithHolderID(fmt.Sprintf("worker-%d", i)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range increments {
+				l, err := c.Acquire(ctx, "counter")
+				if err != nil {
+					errs <- err
+					return
+				}
+				err = guardedIncrement(l.Context(), sc, l)
+				if rerr := l.Release(ctx); err == nil {
+					err = rerr
+				}
+				if err != nil {
+					errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	r, err := setup.Single().ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value", "last_token"})
+	fatalIf(t, err, "read counter")
+	var value, last int64
+	fatalIf(t, r.Columns(&value, &last), "decode counter")
+	if value != clients*increments || last != clients*increments {
+		t.Fatalf("counter = %d with last token %d; want both %d (one increment per acquisition, tokens 1..n)", value, last, clients*increments)
+	}
+}
+
+func TestGuardRejectsALostLease(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := emulator.Database(t, append(lease.DDL(table), counterDDL)...)
+	sc := emulator.Client(t, db)
+	_, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
+	fatalIf(t, err, "seed counter")
+	// A renewal interval far away, so only Guard can notice the theft.
+	a := newClientWith(t, sc, lease.WithTTL(time.Minute))
+	l := mustAcquire(t, ctx, a, "counter")
+	stealLease(t, ctx, db, "counter")
+
+	if err := guardedIncrement(ctx, sc, l); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("guarded write after the lease was taken: err = %v, want ErrLeaseLost", err)
+	}
+	if !errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost) {
+		t.Fatalf("after Guard saw the loss, context cause = %v, want ErrLeaseLost", context.Cause(l.Context()))
+	}
+	r, err := sc.Single().ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value"})
+	fatalIf(t, err, "read counter")
+	var value int64
+	fatalIf(t, r.Column(0, &value), "decode")
+	if value != 0 {
+		t.Fatalf("counter = %d after a rejected write, want 0", value)
+	}
+}
+
+// stealLease does to the row what a rival's acquisition does after the
+// holder's lease expired: a new session and the next token.
+func stealLease(t *testing.T, ctx context.Context, db, name string) {
+	t.Helper()
+	sc := emulator.Client(t, db)
+	_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+		_, err := txn.Update(ctx, spanner.Statement{
+			SQL:    "UPDATE locks SET token = token + 1, session_id = 'thief', holder_id = 'thief', ttl_ms = 60000, renewed_at = PENDING_COMMIT_TIMESTAMP() WHERE name = @name",
+			Params: map[string]any{"name": name},
+		})
+		return err
+	})
+	fatalIf(t, err, "steal %s", name)
+}

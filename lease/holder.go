@@ -1,0 +1,99 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/spanner"
+)
+
+// Holder describes who holds a lease, as Spanner records it.
+type Holder struct {
+	Name     string
+	HolderID string
+	// Token is the fencing token of the holder's acquisition.
+	Token      int64
+	AcquiredAt time.Time
+	// RenewedAt is the commit timestamp of the last renewal.
+	RenewedAt time.Time
+	// ExpiresAt is RenewedAt plus the holder's TTL, on Spanner's clock.
+	ExpiresAt time.Time
+	Payload   []byte
+}
+
+// Holder returns the live holder of the named lease, or an error matching
+// ErrNoHolder when it is free. The Terraform data source reads the same row
+// the same way, so the two never disagree.
+func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
+	if err := validateName("lease name", name); err != nil {
+		return Holder{}, err
+	}
+	row, err := readRow(ctx, c.db.Single(), c.sql, name)
+	if err != nil {
+		return Holder{}, c.explain(err)
+	}
+	if !row.live {
+		return Holder{}, fmt.Errorf("%w: %q", ErrNoHolder, name)
+	}
+	return row.holder(), nil
+}
+
+// row is a lease row with Spanner's verdict on it.
+type row struct {
+	name      string
+	found     bool
+	token     int64
+	holderID  spanner.NullString
+	sessionID spanner.NullString
+	acquired  spanner.NullTime
+	renewed   spanner.NullTime
+	expires   spanner.NullTime
+	live      bool
+	payload   []byte
+	// now is CURRENT_TIMESTAMP() when the row was read: Spanner's clock, for
+	// measuring how long until expires without consulting a local clock.
+	now time.Time
+}
+
+func (r row) holder() Holder {
+	return Holder{
+		Name:       r.name,
+		HolderID:   r.holderID.StringVal,
+		Token:      r.token,
+		AcquiredAt: r.acquired.Time,
+		RenewedAt:  r.renewed.Time,
+		ExpiresAt:  r.expires.Time,
+		Payload:    r.payload,
+	}
+}
+
+// remaining is how long the row stays live by Spanner's clock.
+func (r row) remaining() time.Duration {
+	if !r.live || r.now.IsZero() {
+		return 0
+	}
+	return r.expires.Time.Sub(r.now)
+}
+
+// heldBy reports whether the row is live and held by the session with token.
+func (r row) heldBy(session string, token int64) bool {
+	return r.live && r.sessionID.Valid && r.sessionID.StringVal == session && r.token == token
+}
+
+// querier is what both transactions and single reads offer.
+type querier interface {
+	Query(ctx context.Context, statement spanner.Statement) *spanner.RowIterator
+}
+
+// readRow is the one read of a lease row. A missing row is a free lease with
+// found == false.
+func readRow(ctx context.Context, q querier, sql statements, name string) (row, error) {
+	r := row{name: name}
+	it := q.Query(ctx, spanner.Statement{SQL: sql.selectRow, Params: map[string]any{"name": name}})
+	err := it.Do(func(sr *spanner.Row) error {
+		r.found = true
+		return sr.Columns(&r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now)
+	})
+	return r, err
+}

@@ -1,0 +1,302 @@
+package lease_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+func TestTokensStartAtOneAndGrowAcrossReleasesAndHolders(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db, lease.WithHolderID("a"))
+	b := newClient(t, db, lease.WithHolderID("b"))
+
+	var tokens []int64
+	for i, c := range []*lease.Client{a, a, b, a} {
+		l := mustAcquire(t, ctx, c, "job")
+		tokens = append(tokens, l.Token())
+		fatalIf(t, l.Release(ctx), "release %d", i)
+	}
+	if want := []int64{1, 2, 3, 4}; !equalTokens(tokens, want) {
+		t.Fatalf("tokens = %v, want %v", tokens, want)
+	}
+	other := mustAcquire(t, ctx, b, "other-job")
+	if other.Token() != 1 {
+		t.Fatalf("a new name's first token = %d, want 1", other.Token())
+	}
+}
+
+func equalTokens(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTryAcquireWhileHeld(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db, lease.WithHolderID("holder-a"))
+	b := newClient(t, db, lease.WithHolderID("holder-b"))
+	l := mustAcquire(t, ctx, a, "cron")
+
+	_, err := b.TryAcquire(ctx, "cron")
+	if !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("TryAcquire by another client: err = %v, want ErrNotAcquired", err)
+	}
+	var held *lease.HeldError
+	if !errors.As(err, &held) || held.Holder.HolderID != "holder-a" || held.Holder.Token != l.Token() {
+		t.Fatalf("TryAcquire error %v does not name holder-a with token %d", err, l.Token())
+	}
+
+	if _, err := a.TryAcquire(ctx, "cron"); !errors.Is(err, lease.ErrNotAcquired) {
+		t.Fatalf("TryAcquire by the holding client: err = %v, want ErrNotAcquired (not re-entrant)", err)
+	}
+}
+
+func TestHolder(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db, lease.WithHolderID("pod-7"), lease.WithTTL(4*time.Second))
+	reader := newClient(t, db)
+
+	if _, err := reader.Holder(ctx, "leader"); !errors.Is(err, lease.ErrNoHolder) {
+		t.Fatalf("Holder of a never-acquired lease: err = %v, want ErrNoHolder", err)
+	}
+	l := mustAcquire(t, ctx, a, "leader", lease.WithPayload([]byte("10.0.0.7:8080")))
+	h, err := reader.Holder(ctx, "leader")
+	fatalIf(t, err, "Holder")
+	if h.Name != "leader" || h.HolderID != "pod-7" || h.Token != 1 || !bytes.Equal(h.Payload, []byte("10.0.0.7:8080")) {
+		t.Fatalf("Holder = %+v", h)
+	}
+	if !h.AcquiredAt.Equal(l.AcquiredAt()) || h.RenewedAt.Before(h.AcquiredAt) {
+		t.Fatalf("Holder times: acquired %s (lease says %s), renewed %s", h.AcquiredAt, l.AcquiredAt(), h.RenewedAt)
+	}
+	if ttl := h.ExpiresAt.Sub(h.RenewedAt); ttl != 4*time.Second {
+		t.Fatalf("ExpiresAt - RenewedAt = %s, want the holder's TTL 4s", ttl)
+	}
+
+	fatalIf(t, l.Release(ctx), "Release")
+	if _, err := reader.Holder(ctx, "leader"); !errors.Is(err, lease.ErrNoHolder) {
+		t.Fatalf("Holder after release: err = %v, want ErrNoHolder", err)
+	}
+}
+
+func TestExpiryIsJudgedByTheHoldersTTL(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	holderSC := emulator.Client(t, db)
+	a := newClientWith(t, holderSC, lease.WithTTL(time.Second))
+	longTTL := newClient(t, db, lease.WithTTL(time.Minute))
+	mustAcquire(t, ctx, a, "job")
+	// Stop the holder's renewals without releasing: its spanner.Client goes away.
+	holderSC.Close()
+
+	start := time.Now()
+	acquireCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := longTTL.Acquire(acquireCtx, "job")
+	fatalIf(t, err, "Acquire after the 1s holder stopped renewing")
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("waited %s for a 1s lease: expiry was not judged by the holder's TTL", waited)
+	}
+	if l.Token() != 2 {
+		t.Fatalf("token after expiry = %d, want 2", l.Token())
+	}
+}
+
+func TestReleaseHandsOffToAWaiter(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	ttl := 10 * time.Second
+	a := newClient(t, db, lease.WithTTL(ttl))
+	b := newClient(t, db, lease.WithTTL(ttl))
+	first := mustAcquire(t, ctx, a, "migration")
+
+	type result struct {
+		l   *lease.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	// Far shorter than the TTL: only a release can let b in before this ends.
+	waitCtx, cancel := context.WithTimeout(ctx, ttl/2)
+	defer cancel()
+	go func() {
+		l, err := b.Acquire(waitCtx, "migration")
+		got <- result{l, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("Acquire returned while the lease was held: %v, %v", r.l, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	fatalIf(t, first.Release(ctx), "Release")
+	r := <-got
+	fatalIf(t, r.err, "Acquire after Release")
+	if r.l.Token() != first.Token()+1 {
+		t.Fatalf("handoff token = %d, want %d", r.l.Token(), first.Token()+1)
+	}
+	if err := context.Cause(first.Context()); !errors.Is(err, lease.ErrReleased) {
+		t.Fatalf("released lease's context cause = %v, want ErrReleased", err)
+	}
+}
+
+func TestAcquireReturnsContextError(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db)
+	b := newClient(t, db)
+	mustAcquire(t, ctx, a, "busy")
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err := b.Acquire(short, "busy")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its deadline: err = %v, want one wrapping context.DeadlineExceeded", err)
+	}
+}
+
+func TestReleaseOfALostLease(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db, lease.WithTTL(time.Second))
+	l := mustAcquire(t, ctx, a, "job")
+	stealLease(t, ctx, db, "job")
+	waitDone(t, l.Context(), "context of a stolen lease")
+
+	if err := l.Release(ctx); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("first Release of a lost lease: err = %v, want ErrLeaseLost", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("second Release: err = %v, want nil", err)
+	}
+}
+
+func TestSecondReleaseIsNil(t *testing.T) {
+	ctx := emulator.Context(t)
+	a := newClient(t, newDatabase(t))
+	l := mustAcquire(t, ctx, a, "job")
+	fatalIf(t, l.Release(ctx), "first Release")
+	fatalIf(t, l.Release(ctx), "second Release")
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db)
+	b := newClient(t, db)
+	leases := []*lease.Lease{mustAcquire(t, ctx, a, "one"), mustAcquire(t, ctx, a, "two")}
+	fatalIf(t, a.Close(), "Close")
+	for _, l := range leases {
+		if err := context.Cause(l.Context()); !errors.Is(err, lease.ErrClosed) {
+			t.Fatalf("lease %s after Close: cause %v, want ErrClosed", l.Name(), err)
+		}
+		if _, err := b.TryAcquire(ctx, l.Name()); err != nil {
+			t.Fatalf("TryAcquire(%s) after the holder closed: %v", l.Name(), err)
+		}
+	}
+	if _, err := a.TryAcquire(ctx, "three"); !errors.Is(err, lease.ErrClosed) {
+		t.Fatalf("TryAcquire on a closed client: err = %v, want ErrClosed", err)
+	}
+}
+
+func TestCloseWakesBlockedAcquire(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db)
+	b := newClient(t, db)
+	mustAcquire(t, ctx, a, "job")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, "job")
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		t.Fatalf("Acquire returned while the lease was held: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	fatalIf(t, b.Close(), "Close")
+	select {
+	case err := <-errc:
+		if !errors.Is(err, lease.ErrClosed) {
+			t.Fatalf("blocked Acquire after Close: err = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("blocked Acquire did not return after Close")
+	}
+}
+
+func TestNewClientValidates(t *testing.T) {
+	sc := emulator.Client(t, newDatabase(t))
+	cases := []struct {
+		name  string
+		table string
+		opts  []lease.Option
+		want  string
+	}{
+		{"ttl below 1s", table, []lease.Option{lease.WithTTL(500 * time.Millisecond)}, "below the minimum"},
+		{"renew above ttl/3", table, []lease.Option{lease.WithTTL(3 * time.Second), lease.WithRenewInterval(1500 * time.Millisecond)}, "at most TTL/3"},
+		{"table with a dash", "my-locks", nil, "letters, digits and underscores"},
+		{"table starting with a digit", "1locks", nil, "start with a letter"},
+		{"holder ID too long", table, []lease.Option{lease.WithHolderID(strings.Repeat("x", 1025))}, "limit is 1024"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := lease.NewClient(sc, tc.table, tc.opts...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewClient error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMissingTableErrorSaysHowToCreateIt(t *testing.T) {
+	ctx := emulator.Context(t)
+	sc := emulator.Client(t, emulator.Database(t))
+	c, err := lease.NewClient(sc, "no_such_table")
+	fatalIf(t, err, "NewClient")
+	defer func() { _ = c.Close() }()
+	_, err = c.TryAcquire(ctx, "job")
+	if err == nil || !strings.Contains(err.Error(), "lease.DDL") {
+		t.Fatalf("TryAcquire on a missing table: err = %v, want advice naming lease.DDL", err)
+	}
+}
+
+func TestDDLYieldsTheLatestSchemaVersion(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t) // made from lease.DDL
+	ins, err := locktable.Inspect(ctx, emulator.Client(t, db), table)
+	fatalIf(t, err, "Inspect")
+	if !ins.Current() || ins.Version != locktable.Latest {
+		t.Fatalf("table from lease.DDL inspects as version %d with diffs %v, want version %d", ins.Version, ins.Diffs, locktable.Latest)
+	}
+}
+
+func TestConcurrentReleasesAgree(t *testing.T) {
+	ctx := emulator.Context(t)
+	a := newClient(t, newDatabase(t))
+	l := mustAcquire(t, ctx, a, "job")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- l.Release(ctx) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("one of two concurrent Releases of a held lease failed: %v", err)
+		}
+	}
+}

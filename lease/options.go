@@ -1,0 +1,142 @@
+package lease
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	// DefaultTTL is how long a lease lives after its last renewal.
+	DefaultTTL = 10 * time.Second
+	// MinTTL keeps the renewal interval and safety margin above the latency
+	// of a Spanner commit.
+	MinTTL = time.Second
+	// DefaultPollInterval bounds how often a blocked Acquire or an Observe
+	// reads the lease row: at most one read per interval.
+	DefaultPollInterval = time.Second
+	// maxNameLength matches the STRING(1024) name and holder_id columns.
+	maxNameLength = 1024
+)
+
+// Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	ttl           time.Duration
+	renewInterval time.Duration
+	pollInterval  time.Duration
+	holderID      string
+	logger        *slog.Logger
+}
+
+// WithTTL sets how long a lease lives without renewal (default 10s, minimum
+// 1s). The TTL is stored with each lease when it is acquired, so every reader
+// judges its expiry by the TTL the holder chose.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithRenewInterval sets how often held leases are renewed (default TTL/3,
+// at most TTL/3 so that two renewals can fail before the lease is lost).
+func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
+
+// WithPollInterval sets the longest a blocked Acquire, Campaign or Observe
+// waits between reads of a lease held in another process (default 1s).
+// Waiters in the same process are woken at once by Release.
+func WithPollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
+
+// WithHolderID sets the identity recorded with every lease this Client holds
+// (default hostname-pid-random). It is for people and Observe; ownership is
+// checked against a per-Client session, so two Clients sharing an ID still
+// exclude each other.
+func WithHolderID(id string) Option { return func(c *config) { c.holderID = id } }
+
+// WithLogger sets the logger for renewal failures, losses and transitions
+// (default slog.Default()). Routine operations log at Debug.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+func newConfig(opts []Option) (config, error) {
+	c := config{ttl: DefaultTTL, pollInterval: DefaultPollInterval}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.renewInterval == 0 {
+		c.renewInterval = c.ttl / 3
+	}
+	if c.holderID == "" {
+		c.holderID = defaultHolderID()
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	var errs []error
+	if c.ttl < MinTTL {
+		errs = append(errs, fmt.Errorf("TTL %s is below the minimum %s", c.ttl, MinTTL))
+	}
+	if c.renewInterval <= 0 || c.renewInterval > c.ttl/3 {
+		errs = append(errs, fmt.Errorf("renew interval %s must be positive and at most TTL/3 (%s), so a lease survives two failed renewals", c.renewInterval, c.ttl/3))
+	}
+	if c.pollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("poll interval %s must be positive", c.pollInterval))
+	}
+	if err := validateName("holder ID", c.holderID); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}
+
+// safetyMargin is how long before a lease could expire on Spanner's clock
+// its holder's Context is cancelled: time for the holder to stop work and
+// room for clock-rate drift and Spanner's commit-timestamp uncertainty.
+func (c config) safetyMargin() time.Duration { return c.ttl / 10 }
+
+func defaultHolderID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(3))
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms.
+	return hex.EncodeToString(b)
+}
+
+func validateName(what, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s is empty", what)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%s %q is not valid UTF-8", what, name)
+	case utf8.RuneCountInString(name) > maxNameLength:
+		return fmt.Errorf("%s is %d characters long; the limit is %d", what, utf8.RuneCountInString(name), maxNameLength)
+	}
+	return nil
+}
+
+// AcquireOption configures one acquisition.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	payload []byte
+}
+
+// WithPayload stores data with the lease, readable by anyone through Holder
+// and Observe: a leader's address, a job's parameters.
+func WithPayload(b []byte) AcquireOption {
+	return func(c *acquireConfig) { c.payload = b }
+}
+
+func newAcquireConfig(opts []AcquireOption) acquireConfig {
+	var c acquireConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}

@@ -96,9 +96,17 @@ func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig
 			blocker = r
 			return errHeld
 		}
+		if !r.found {
+			// The name's first row: the schema's default picks the token.
+			err := tx.Query(ctx, spanner.Statement{SQL: c.sql.insert, Params: map[string]any{
+				"name": name, "holder": c.cfg.holderID, "session": c.session, "ttl": c.cfg.ttl.Milliseconds(), "payload": cfg.payload,
+			}}).Do(func(sr *spanner.Row) error { return sr.Column(0, &token) })
+			wrote = err == nil
+			return err
+		}
 		token = r.token + 1
 		wrote = true
-		return tx.BufferWrite([]*spanner.Mutation{spanner.InsertOrUpdate(c.sql.table,
+		return tx.BufferWrite([]*spanner.Mutation{spanner.Update(c.sql.table,
 			[]string{"name", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload"},
 			[]any{name, token, c.cfg.holderID, c.session, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload},
 		)})

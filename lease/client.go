@@ -183,8 +183,10 @@ func (c *Client) explain(err error) error {
 	}
 	code := spanner.ErrCode(err)
 	msg := err.Error()
-	if (code == codes.InvalidArgument || code == codes.NotFound) &&
-		(strings.Contains(msg, "Table not found") || strings.Contains(msg, "Column not found") || strings.Contains(msg, "Unrecognized name")) {
+	missing := strings.Contains(msg, "Table not found") || strings.Contains(msg, "Column not found") || strings.Contains(msg, "Unrecognized name")
+	// A table from before schema version 2 has no default for the token.
+	outdated := strings.Contains(msg, "token") && (strings.Contains(msg, "null value") || strings.Contains(msg, "NULL value") || strings.Contains(msg, "NOT NULL"))
+	if (code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition) && (missing || outdated) {
 		return fmt.Errorf("%w (is table %s created at schema version %d? apply it with Terraform's spannerlock_table or lease.DDL)", err, c.sql.table, locktable.Latest)
 	}
 	return err

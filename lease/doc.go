@@ -20,7 +20,10 @@
 // Fencing tokens. Every acquisition of a name gets a token one larger than
 // the previous acquisition's, across releases, expiries and holders; the
 // first acquisition of a name gets 1. Tokens are never hashes and never
-// reused. Guard checks the token inside your own Spanner transaction; systems
+// reused. In a table with cleanup (spannerlock_table's cleanup_after),
+// Spanner deletes rows not renewed for days, and with them a name's counter;
+// there a name's first token is the commit time in microseconds, so a name
+// whose row was deleted resumes above every token it had. Guard checks the token inside your own Spanner transaction; systems
 // outside Spanner should store the largest token they have seen and reject
 // smaller ones.
 //
@@ -55,7 +58,7 @@
 //
 // # Details
 //
-//   - TTL defaults to 10s and must be at least 1s; the renewal interval
+//   - TTL defaults to 10s and must be within [1s, 24h]; the renewal interval
 //     (WithRenewInterval) defaults to TTL/3 and may not exceed it.
 //   - Acquire blocks until the lease is held or ctx ends, and then returns an
 //     error wrapping ctx.Err(). While another process holds the lease it

@@ -39,6 +39,20 @@ func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
 	return row.holder(), nil
 }
 
+// Holders returns every live lease in the table, by name.
+func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
+	var holders []Holder
+	err := c.db.Single().Query(ctx, spanner.Statement{SQL: c.sql.selectLive}).Do(func(sr *spanner.Row) error {
+		r, err := scanRow(sr)
+		holders = append(holders, r.holder())
+		return err
+	})
+	if err != nil {
+		return nil, c.explain(err)
+	}
+	return holders, nil
+}
+
 // row is a lease row with Spanner's verdict on it.
 type row struct {
 	name      string
@@ -92,8 +106,15 @@ func readRow(ctx context.Context, q querier, sql statements, name string) (row, 
 	r := row{name: name}
 	it := q.Query(ctx, spanner.Statement{SQL: sql.selectRow, Params: map[string]any{"name": name}})
 	err := it.Do(func(sr *spanner.Row) error {
-		r.found = true
-		return sr.Columns(&r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now)
+		var err error
+		r, err = scanRow(sr)
+		return err
 	})
+	return r, err
+}
+
+func scanRow(sr *spanner.Row) (row, error) {
+	r := row{found: true}
+	err := sr.Columns(&r.name, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now)
 	return r, err
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/spanner"
+
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -248,7 +250,7 @@ func TestNewClientValidates(t *testing.T) {
 		opts  []lease.Option
 		want  string
 	}{
-		{"ttl below 1s", table, []lease.Option{lease.WithTTL(500 * time.Millisecond)}, "below the minimum"},
+		{"ttl below 1s", table, []lease.Option{lease.WithTTL(500 * time.Millisecond)}, "outside [1s, 24h0m0s]"},
 		{"renew above ttl/3", table, []lease.Option{lease.WithTTL(3 * time.Second), lease.WithRenewInterval(1500 * time.Millisecond)}, "at most TTL/3"},
 		{"table with a dash", "my-locks", nil, "letters, digits and underscores"},
 		{"table starting with a digit", "1locks", nil, "start with a letter"},
@@ -298,5 +300,61 @@ func TestConcurrentReleasesAgree(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatalf("one of two concurrent Releases of a held lease failed: %v", err)
 		}
+	}
+}
+
+func TestHoldersListsLiveLeases(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	a := newClient(t, db, lease.WithHolderID("a"))
+	b := newClient(t, db, lease.WithHolderID("b"))
+	mustAcquire(t, ctx, a, "x")
+	mustAcquire(t, ctx, b, "y")
+	released := mustAcquire(t, ctx, a, "z")
+	fatalIf(t, released.Release(ctx), "Release")
+
+	holders, err := b.Holders(ctx)
+	fatalIf(t, err, "Holders")
+	var got []string
+	for _, h := range holders {
+		got = append(got, h.Name+"="+h.HolderID)
+	}
+	if strings.Join(got, ",") != "x=a,y=b" {
+		t.Fatalf("Holders = %v, want x=a,y=b (released z omitted)", got)
+	}
+}
+
+func TestOutdatedTableErrorSaysToMigrate(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := emulator.Database(t, locktable.DDLAt(table, 1)...)
+	c := newClient(t, db)
+	_, err := c.TryAcquire(ctx, "job")
+	if err == nil || !strings.Contains(err.Error(), "schema version") {
+		t.Fatalf("TryAcquire on a version 1 table: err = %v, want advice to migrate", err)
+	}
+}
+
+// With cleanup, Spanner may delete a long-dead row and with it the name's
+// token counter; the next acquisition must still get a larger token.
+func TestTokensResumeAboveADeletedRowUnderCleanup(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := emulator.Database(t, locktable.CreateDDL(table, locktable.Options{CleanupAfter: 24 * time.Hour})...)
+	sc := emulator.Client(t, db)
+	a := newClientWith(t, sc)
+	var last int64
+	for range 3 {
+		l := mustAcquire(t, ctx, a, "job")
+		if l.Token() <= last {
+			t.Fatalf("token %d after %d", l.Token(), last)
+		}
+		last = l.Token()
+		fatalIf(t, l.Release(ctx), "Release")
+	}
+	// What the row deletion policy does to a row not renewed for a day.
+	_, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Delete(table, spanner.Key{"job"})})
+	fatalIf(t, err, "delete row")
+	l := mustAcquire(t, ctx, a, "job")
+	if l.Token() <= last {
+		t.Fatalf("token after the row was deleted = %d, want more than the last token %d", l.Token(), last)
 	}
 }

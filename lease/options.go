@@ -17,6 +17,9 @@ const (
 	// MinTTL keeps the renewal interval and safety margin above the latency
 	// of a Spanner commit.
 	MinTTL = time.Second
+	// MaxTTL keeps every live lease younger than the shortest cleanup period
+	// (one day), so a table's row deletion policy never removes a live lease.
+	MaxTTL = 24 * time.Hour
 	// DefaultPollInterval bounds how often a blocked Acquire or an Observe
 	// reads the lease row: at most one read per interval.
 	DefaultPollInterval = time.Second
@@ -35,8 +38,8 @@ type config struct {
 	logger        *slog.Logger
 }
 
-// WithTTL sets how long a lease lives without renewal (default 10s, minimum
-// 1s). The TTL is stored with each lease when it is acquired, so every reader
+// WithTTL sets how long a lease lives without renewal (default 10s, from 1s
+// to 24h). The TTL is stored with each lease when it is acquired, so every reader
 // judges its expiry by the TTL the holder chose.
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
@@ -74,8 +77,8 @@ func newConfig(opts []Option) (config, error) {
 		c.logger = slog.Default()
 	}
 	var errs []error
-	if c.ttl < MinTTL {
-		errs = append(errs, fmt.Errorf("TTL %s is below the minimum %s", c.ttl, MinTTL))
+	if c.ttl < MinTTL || c.ttl > MaxTTL {
+		errs = append(errs, fmt.Errorf("TTL %s is outside [%s, %s]", c.ttl, MinTTL, MaxTTL))
 	}
 	if c.renewInterval <= 0 || c.renewInterval > c.ttl/3 {
 		errs = append(errs, fmt.Errorf("renew interval %s must be positive and at most TTL/3 (%s), so a lease survives two failed renewals", c.renewInterval, c.ttl/3))

@@ -21,6 +21,11 @@ type statements struct {
 	// selectRow is the one read of a lease row: Holder, Guard, Acquire and
 	// every waiter use it, so they cannot disagree about who holds a lease.
 	selectRow string
+	// selectLive lists every live lease, with the same columns as selectRow.
+	selectLive string
+	// insert creates a name's first row; the schema's default decides its
+	// token (1, or the commit clock under cleanup).
+	insert    string
 	renew     string
 	confirmed string
 	release   string
@@ -28,11 +33,15 @@ type statements struct {
 
 func newStatements(table string) statements {
 	t := locktable.Quote(table)
+	columns := fmt.Sprintf(`name, token, holder_id, session_id, acquired_at, renewed_at, %s AS expires_at,
+			%s AS live, payload, CURRENT_TIMESTAMP() AS now`, expiresAt, live)
 	return statements{
-		table: table,
-		selectRow: fmt.Sprintf(`SELECT token, holder_id, session_id, acquired_at, renewed_at, %s AS expires_at,
-			%s AS live, payload, CURRENT_TIMESTAMP() AS now
-			FROM %s WHERE name = @name`, expiresAt, live, t),
+		table:      table,
+		selectRow:  fmt.Sprintf(`SELECT %s FROM %s WHERE name = @name`, columns, t),
+		selectLive: fmt.Sprintf(`SELECT %s FROM %s WHERE %s ORDER BY name`, columns, t, live),
+		insert: fmt.Sprintf(`INSERT INTO %s (name, holder_id, session_id, ttl_ms, acquired_at, renewed_at, payload)
+			VALUES (@name, @holder, @session, @ttl, PENDING_COMMIT_TIMESTAMP(), PENDING_COMMIT_TIMESTAMP(), @payload)
+			THEN RETURN token`, t),
 		// The name list drives key lookups; the struct list is the
 		// compare-and-set on token.
 		renew: fmt.Sprintf(`UPDATE %s SET renewed_at = PENDING_COMMIT_TIMESTAMP()

@@ -6,16 +6,45 @@ import (
 )
 
 // DDL returns the statements that create the named lock table at the latest
-// version. It panics if table is not a valid name (see ValidateTableName),
-// like regexp.MustCompile: table names are constants in callers.
+// version, without cleanup. It panics if table is not a valid name (see
+// ValidateTableName), like regexp.MustCompile: table names are constants in
+// callers.
 func DDL(table string) []string {
 	if err := ValidateTableName(table); err != nil {
 		panic("locktable: " + err.Error())
 	}
-	s := Definition(table, Latest)
+	return CreateDDL(table, Options{})
+}
+
+// CreateDDL returns the statements that create the named lock table at the
+// latest version with the given options.
+func CreateDDL(table string, o Options) []string {
+	s := definition(table, Latest, o.CleanupAfter > 0)
+	stmts := make([]string, 0, len(s.Tables)+1)
+	for _, t := range s.Tables {
+		stmts = append(stmts, createStatement(t))
+	}
+	return append(stmts, policyStatements(table, 0, false, o.CleanupAfter)...)
+}
+
+// DDLAt returns the statements that create the named lock table as it was at
+// an older schema version, to test and demonstrate migrations.
+func DDLAt(table string, version int) []string {
+	s := Definition(table, version)
 	stmts := make([]string, 0, len(s.Tables))
 	for _, t := range s.Tables {
 		stmts = append(stmts, createStatement(t))
+	}
+	return stmts
+}
+
+// DropDDL returns the statements that drop the lock table and its companions,
+// children first.
+func DropDDL(table string) []string {
+	s := Definition(table, Latest)
+	stmts := make([]string, 0, len(s.Tables))
+	for i := len(s.Tables) - 1; i >= 0; i-- {
+		stmts = append(stmts, "DROP TABLE "+Quote(s.Tables[i].Name))
 	}
 	return stmts
 }

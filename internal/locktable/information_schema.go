@@ -20,12 +20,12 @@ func readSchema(ctx context.Context, db *spanner.Client, want Schema) (Schema, e
 
 	byName := map[string]*Table{}
 	err := query(ctx, txn, `
-		SELECT TABLE_NAME, IFNULL(PARENT_TABLE_NAME, '')
+		SELECT TABLE_NAME, IFNULL(PARENT_TABLE_NAME, ''), IFNULL(ROW_DELETION_POLICY_EXPRESSION, '')
 		FROM INFORMATION_SCHEMA.TABLES
 		WHERE TABLE_SCHEMA = '' AND TABLE_TYPE = 'BASE TABLE' AND LOWER(TABLE_NAME) IN UNNEST(@names)`,
 		names, func(r *spanner.Row) error {
 			var t Table
-			if err := r.Columns(&t.Name, &t.Parent); err != nil {
+			if err := r.Columns(&t.Name, &t.Parent, &t.RowDeletionPolicy); err != nil {
 				return err
 			}
 			byName[strings.ToLower(t.Name)] = &t

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/spanner"
 )
@@ -20,6 +21,14 @@ type Inspection struct {
 	Live Schema
 	// Diffs are the differences from the latest version; empty when current.
 	Diffs []Diff
+	// CleanupAfter is the period of the live row deletion policy, 0 for none.
+	CleanupAfter time.Duration
+	// ForeignPolicy is a live row deletion policy spannerlock did not write;
+	// it could delete live leases, so every plan replaces or drops it.
+	ForeignPolicy string
+	// ClockSeeded reports that new names' tokens start at the commit clock,
+	// which cleanup requires and which then stays.
+	ClockSeeded bool
 }
 
 // Diff is one difference between a live table and the latest definition.
@@ -46,12 +55,18 @@ func (i Inspection) Current() bool {
 	return i.Exists && len(i.Diffs) == 0
 }
 
-// Plan returns the statements that bring the table to the latest version, in
-// order. It returns an error listing every difference that no additive
-// statement can repair; nothing in a plan drops a column or a table.
-func (i Inspection) Plan() ([]string, error) {
+// Plan returns the statements that bring the table to the latest version
+// with options o, in order: the table's creation when it is missing, else
+// repairs and migrations, then the row deletion policy. It returns an error
+// listing every difference that no additive statement can repair; nothing in
+// a plan drops a column or a table.
+func (i Inspection) Plan(o Options) ([]string, error) {
+	if !i.Exists {
+		return CreateDDL(i.Table, o), nil
+	}
+	diffs := compare(i.Live, definition(i.Table, Latest, i.ClockSeeded || o.CleanupAfter > 0))
 	var stmts, unfixable []string
-	for _, d := range i.Diffs {
+	for _, d := range diffs {
 		if d.Fix == "" {
 			unfixable = append(unfixable, d.String())
 			continue
@@ -61,7 +76,8 @@ func (i Inspection) Plan() ([]string, error) {
 	if len(unfixable) > 0 {
 		return nil, fmt.Errorf("table %s cannot be migrated in place: %s", i.Table, strings.Join(unfixable, "; "))
 	}
-	return stmts, nil
+	liveExists := i.CleanupAfter > 0 || i.ForeignPolicy != ""
+	return append(stmts, policyStatements(i.Table, i.CleanupAfter, liveExists, o.CleanupAfter)...), nil
 }
 
 // Inspect reads the named lock table's schema through INFORMATION_SCHEMA and
@@ -75,10 +91,24 @@ func Inspect(ctx context.Context, db *spanner.Client, table string) (Inspection,
 	if err != nil {
 		return Inspection{}, fmt.Errorf("inspect table %s: %w", table, err)
 	}
-	ins := Inspection{Table: table, Live: live, Diffs: compare(live, want)}
-	_, ins.Exists = live.Table(table)
-	for v := Latest; v >= 1 && ins.Exists; v-- {
-		if len(compare(live, Definition(table, v))) == 0 {
+	ins := Inspection{Table: table, Live: live}
+	lt, exists := live.Table(table)
+	ins.Exists = exists
+	if !exists {
+		ins.Diffs = compare(live, want)
+		return ins, nil
+	}
+	if token, ok := lt.Column("token"); ok {
+		ins.ClockSeeded = normalizeExpression(token.Default) == normalizeExpression(clockToken)
+	}
+	var foreign bool
+	ins.CleanupAfter, foreign = parsePolicy(lt.RowDeletionPolicy)
+	if foreign {
+		ins.ForeignPolicy = lt.RowDeletionPolicy
+	}
+	ins.Diffs = compare(live, definition(table, Latest, ins.ClockSeeded))
+	for v := Latest; v >= 1; v-- {
+		if len(compare(live, definition(table, v, ins.ClockSeeded))) == 0 {
 			ins.Version = v
 			break
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/spanner"
 
@@ -48,7 +49,7 @@ func TestDDLCreatesTheLatestVersion(t *testing.T) {
 	if !ins.Current() || ins.Version != Latest {
 		t.Fatalf("fresh table: version %d, diffs %v; want version %d and no diffs", ins.Version, ins.Diffs, Latest)
 	}
-	if stmts, err := ins.Plan(); err != nil || len(stmts) != 0 {
+	if stmts, err := ins.Plan(Options{}); err != nil || len(stmts) != 0 {
 		t.Fatalf("plan for a current table = %v, %v; want nothing", stmts, err)
 	}
 }
@@ -61,7 +62,7 @@ func TestMissingTablePlansItsCreation(t *testing.T) {
 	if ins.Exists || ins.Version != 0 {
 		t.Fatalf("missing table: exists %t version %d", ins.Exists, ins.Version)
 	}
-	apply(t, ctx, e, db, ins)
+	apply(t, ctx, e, db, ins, Options{})
 	if ins := inspect(t, ctx, db); !ins.Current() {
 		t.Fatalf("after applying the plan: %v", ins.Diffs)
 	}
@@ -73,11 +74,7 @@ func TestMigrationFromEveryVersionKeepsRows(t *testing.T) {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
 			ctx := emulator.Context(t)
 			e := emulator.Shared(t)
-			var stmts []string
-			for _, tbl := range Definition("locks", v).Tables {
-				stmts = append(stmts, createStatement(tbl))
-			}
-			db := emulator.Database(t, stmts...)
+			db := emulator.Database(t, DDLAt("locks", v)...)
 			sc := emulator.Client(t, db)
 			_, err := sc.Apply(ctx, []*spanner.Mutation{
 				spanner.Insert("locks", []string{"name", "token", "holder_id"}, []any{"a", 7, "x"}),
@@ -90,7 +87,7 @@ func TestMigrationFromEveryVersionKeepsRows(t *testing.T) {
 			if ins.Version != v {
 				t.Fatalf("table created at version %d inspects as version %d (diffs %v)", v, ins.Version, ins.Diffs)
 			}
-			apply(t, ctx, e, db, ins)
+			apply(t, ctx, e, db, ins, Options{})
 			if ins := inspect(t, ctx, db); !ins.Current() || ins.Version != Latest {
 				t.Fatalf("after migrating: version %d, diffs %v", ins.Version, ins.Diffs)
 			}
@@ -117,7 +114,7 @@ func TestDriftIsRepairedExactly(t *testing.T) {
 	if ins.Version != 0 || len(ins.Diffs) != 4 {
 		t.Fatalf("drifted table: version %d, diffs %v; want version 0 and 4 diffs (option, column, NOT NULL, default)", ins.Version, ins.Diffs)
 	}
-	apply(t, ctx, e, db, ins)
+	apply(t, ctx, e, db, ins, Options{})
 	after := inspect(t, ctx, db)
 	if !after.Current() {
 		t.Fatalf("after repair: %v", after.Diffs)
@@ -134,7 +131,7 @@ func TestUnrepairableDriftIsExplained(t *testing.T) {
 	db := emulator.Database(t,
 		"CREATE TABLE locks (name STRING(1024) NOT NULL, token STRING(MAX) NOT NULL, owner STRING(MAX) NOT NULL) PRIMARY KEY (name)")
 	ins := inspect(t, ctx, db)
-	_, err := ins.Plan()
+	_, err := ins.Plan(Options{})
 	if err == nil {
 		t.Fatal("Plan of a table with a STRING token succeeded")
 	}
@@ -163,9 +160,9 @@ func inspect(t *testing.T, ctx context.Context, db string) Inspection {
 	return ins
 }
 
-func apply(t *testing.T, ctx context.Context, e *emulator.Emulator, db string, ins Inspection) {
+func apply(t *testing.T, ctx context.Context, e *emulator.Emulator, db string, ins Inspection, o Options) {
 	t.Helper()
-	stmts, err := ins.Plan()
+	stmts, err := ins.Plan(o)
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
@@ -199,5 +196,96 @@ func assertRows(t *testing.T, ctx context.Context, sc *spanner.Client, want map[
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("rows after migration = %v, want %v", got, want)
+	}
+}
+
+func TestParseCleanupAfter(t *testing.T) {
+	for in, want := range map[string]time.Duration{"30d": 30 * day, "720h": 30 * day, "24h": day, "1d": day} {
+		got, err := ParseCleanupAfter(in)
+		if err != nil || got != want {
+			t.Errorf("ParseCleanupAfter(%q) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-24h", "-1d", "0d", "36h", "1.5d", "soon", "30 days"} {
+		if _, err := ParseCleanupAfter(bad); err == nil {
+			t.Errorf("ParseCleanupAfter(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+func TestCleanupSeedsTokensFromTheClockAndStaysSeeded(t *testing.T) {
+	ctx := emulator.Context(t)
+	e := emulator.Shared(t)
+	db := emulator.Database(t, DDL("locks")...)
+	sc := emulator.Client(t, db)
+
+	apply(t, ctx, e, db, inspect(t, ctx, db), Options{CleanupAfter: 30 * day})
+	ins := inspect(t, ctx, db)
+	if !ins.Current() || !ins.ClockSeeded || ins.CleanupAfter != 30*day || ins.Version != Latest {
+		t.Fatalf("after enabling cleanup: %+v", ins)
+	}
+	// A name's first token now comes from the commit clock.
+	_, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Insert("locks", []string{"name"}, []any{"fresh"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sc.Single().ReadRow(ctx, "locks", spanner.Key{"fresh"}, []string{"token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token int64
+	if err := r.Column(0, &token); err != nil {
+		t.Fatal(err)
+	}
+	if token < time.Now().Add(-time.Hour).UnixMicro() {
+		t.Fatalf("first token under cleanup = %d, want the commit time in microseconds", token)
+	}
+
+	// Turning cleanup off drops the policy but keeps the clock seed.
+	apply(t, ctx, e, db, inspect(t, ctx, db), Options{})
+	ins = inspect(t, ctx, db)
+	if !ins.Current() || !ins.ClockSeeded || ins.CleanupAfter != 0 {
+		t.Fatalf("after disabling cleanup: clock seeded %t, cleanup %s, diffs %v", ins.ClockSeeded, ins.CleanupAfter, ins.Diffs)
+	}
+	if stmts, err := ins.Plan(Options{}); err != nil || len(stmts) != 0 {
+		t.Fatalf("plan after disabling cleanup = %v, %v; want nothing (the clock seed is not drift)", stmts, err)
+	}
+}
+
+func TestCreateWithCleanup(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := emulator.Database(t, CreateDDL("locks", Options{CleanupAfter: 7 * day})...)
+	ins := inspect(t, ctx, db)
+	if !ins.Current() || ins.CleanupAfter != 7*day || !ins.ClockSeeded {
+		t.Fatalf("created with cleanup: %+v", ins)
+	}
+	stmts, err := ins.Plan(Options{CleanupAfter: 14 * day})
+	if err != nil || len(stmts) != 1 || !strings.Contains(stmts[0], "REPLACE ROW DELETION POLICY (OLDER_THAN(renewed_at, INTERVAL 14 DAY))") {
+		t.Fatalf("plan to change the period = %v, %v", stmts, err)
+	}
+}
+
+func TestForeignDeletionPolicyIsReplaced(t *testing.T) {
+	ctx := emulator.Context(t)
+	e := emulator.Shared(t)
+	db := emulator.Database(t, DDL("locks")...)
+	update(t, ctx, e, db, "ALTER TABLE locks ADD ROW DELETION POLICY (OLDER_THAN(acquired_at, INTERVAL 1 DAY))")
+	ins := inspect(t, ctx, db)
+	if ins.ForeignPolicy == "" {
+		t.Fatal("a policy on acquired_at (which would delete live leases) was not reported")
+	}
+	apply(t, ctx, e, db, ins, Options{})
+	if ins := inspect(t, ctx, db); ins.ForeignPolicy != "" || ins.CleanupAfter != 0 {
+		t.Fatalf("after the plan: foreign policy %q, cleanup %s", ins.ForeignPolicy, ins.CleanupAfter)
+	}
+}
+
+func TestDropDDL(t *testing.T) {
+	ctx := emulator.Context(t)
+	e := emulator.Shared(t)
+	db := emulator.Database(t, CreateDDL("locks", Options{CleanupAfter: day})...)
+	update(t, ctx, e, db, DropDDL("locks")...)
+	if ins := inspect(t, ctx, db); ins.Exists {
+		t.Fatal("table still exists after DropDDL")
 	}
 }

@@ -35,6 +35,9 @@ type Table struct {
 	Key     []string
 	// Parent is the table this one is interleaved in, "" for a top-level table.
 	Parent string
+	// RowDeletionPolicy is the live policy expression; definitions leave it
+	// empty because the policy is an option (Options.CleanupAfter).
+	RowDeletionPolicy string
 }
 
 // Column returns the named column, or false.
@@ -91,6 +94,29 @@ var versions = [][]change{
 			}
 		}),
 	},
+	2: {
+		// The runtime inserts a name's first row without a token, so the
+		// schema decides where its tokens start: 1, or the commit clock
+		// once cleanup may delete rows (see Options.CleanupAfter).
+		setDefault("token", firstToken),
+	},
+}
+
+// firstToken and clockToken are the two defaults of the token column.
+const (
+	firstToken = "1"
+	clockToken = "UNIX_MICROS(CURRENT_TIMESTAMP())"
+)
+
+func setDefault(column, expr string) change {
+	return func(s *Schema, table string) {
+		t := &s.Tables[0]
+		for i := range t.Columns {
+			if t.Columns[i].Name == column {
+				t.Columns[i].Default = expr
+			}
+		}
+	}
 }
 
 // Latest is the schema version new tables are created at and old ones migrated to.
@@ -100,6 +126,20 @@ func createTable(define func(table string) Table) change {
 	return func(s *Schema, table string) {
 		s.Tables = append(s.Tables, define(table))
 	}
+}
+
+// definition is Definition with the token column seeded from the clock when
+// clockSeeded: the one way a table may differ from its version and still match it.
+func definition(table string, version int, clockSeeded bool) Schema {
+	s := Definition(table, version)
+	if clockSeeded {
+		for i, c := range s.Tables[0].Columns {
+			if c.Name == "token" && c.Default != "" {
+				s.Tables[0].Columns[i].Default = clockToken
+			}
+		}
+	}
+	return s
 }
 
 // Definition returns the schema of the given version for the named lock table.

@@ -1,0 +1,90 @@
+package locktable
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options are the settings of a lock table beside its schema version.
+type Options struct {
+	// CleanupAfter, when positive, has Spanner delete rows whose lease was
+	// last renewed longer ago than this (a whole number of days). A live
+	// lease is renewed at least every TTL/3 and TTLs are at most a day, so a
+	// live lease is never deleted. Deleting a row would lose its token
+	// counter, so cleanup also makes a name's first token the commit time in
+	// microseconds: a name whose row was deleted resumes above every token it
+	// had, because tokens grow by one per acquisition, far slower than that
+	// clock. The clock stays the token default once set, even if cleanup is
+	// turned off, because deleted names must still resume above their tokens.
+	CleanupAfter time.Duration
+}
+
+const day = 24 * time.Hour
+
+// ParseCleanupAfter reads a cleanup period written as a Go duration ("720h")
+// or in days ("30d"). It must be a positive whole number of days, because
+// Spanner row deletion policies count days.
+func ParseCleanupAfter(s string) (time.Duration, error) {
+	var d time.Duration
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil {
+			return 0, fmt.Errorf("cleanup period %q: %q is not a whole number of days", s, n)
+		}
+		d = time.Duration(days) * day
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("cleanup period %q is not a duration like \"720h\" or \"30d\"", s)
+		}
+	}
+	if d <= 0 || d%day != 0 {
+		return 0, fmt.Errorf("cleanup period %q must be a positive whole number of days (Spanner row deletion policies count days), like \"720h\" or \"30d\"", s)
+	}
+	return d, nil
+}
+
+// FormatCleanupAfter writes a cleanup period the way ParseCleanupAfter reads it.
+func FormatCleanupAfter(d time.Duration) string {
+	return strconv.Itoa(int(d/day)) + "d"
+}
+
+func deletionPolicy(d time.Duration) string {
+	return fmt.Sprintf("OLDER_THAN(renewed_at, INTERVAL %d DAY)", d/day)
+}
+
+var ourPolicy = regexp.MustCompile(`(?i)^\s*OLDER_THAN\s*\(\s*renewed_at\s*,\s*INTERVAL\s+(\d+)\s+DAY\s*\)\s*$`)
+
+// parsePolicy reads a live row deletion policy: ours gives its period, any
+// other is reported as foreign (it could delete live leases).
+func parsePolicy(expr string) (period time.Duration, foreign bool) {
+	if expr == "" {
+		return 0, false
+	}
+	m := ourPolicy.FindStringSubmatch(expr)
+	if m == nil {
+		return 0, true
+	}
+	days, err := strconv.Atoi(m[1])
+	if err != nil || days <= 0 {
+		return 0, true
+	}
+	return time.Duration(days) * day, false
+}
+
+// policyStatements turn the live policy into the wanted one.
+func policyStatements(table string, live time.Duration, liveExists bool, want time.Duration) []string {
+	t := Quote(table)
+	switch {
+	case want > 0 && !liveExists:
+		return []string{fmt.Sprintf("ALTER TABLE %s ADD ROW DELETION POLICY (%s)", t, deletionPolicy(want))}
+	case want > 0 && live != want:
+		return []string{fmt.Sprintf("ALTER TABLE %s REPLACE ROW DELETION POLICY (%s)", t, deletionPolicy(want))}
+	case want == 0 && liveExists:
+		return []string{fmt.Sprintf("ALTER TABLE %s DROP ROW DELETION POLICY", t)}
+	}
+	return nil
+}

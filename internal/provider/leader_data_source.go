@@ -1,0 +1,171 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+var _ datasource.DataSourceWithConfigure = (*leaderDataSource)(nil)
+
+type leaderDataSource struct {
+	data *providerData
+}
+
+func newLeaderDataSource() datasource.DataSource { return &leaderDataSource{} }
+
+type leaderModel struct {
+	ID         types.String `tfsdk:"id"`
+	Database   types.String `tfsdk:"database"`
+	Table      types.String `tfsdk:"table"`
+	Name       types.String `tfsdk:"name"`
+	Held       types.Bool   `tfsdk:"held"`
+	HolderID   types.String `tfsdk:"holder_id"`
+	Token      types.Int64  `tfsdk:"token"`
+	AcquiredAt types.String `tfsdk:"acquired_at"`
+	RenewedAt  types.String `tfsdk:"renewed_at"`
+	ExpiresAt  types.String `tfsdk:"expires_at"`
+}
+
+func (d *leaderDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_leader"
+}
+
+func (d *leaderDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	whenHeld := " Null when the lease is not held."
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Who holds a lease, read exactly as `lease.Client.Holder` reads it, so Terraform and " +
+			"applications never disagree. A lease nobody holds is `held = false`, not an error.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "`<database>/tables/<table>/leases/<name>`.",
+			},
+			"database": schema.StringAttribute{
+				Optional:            true,
+				Computed:            true,
+				MarkdownDescription: "Database of the table, `projects/P/instances/I/databases/D`. Defaults to the provider's `database`.",
+				Validators:          []validator.String{databasePath()},
+			},
+			"table": schema.StringAttribute{
+				Required:            true,
+				MarkdownDescription: "Name of the lock table, usually `spannerlock_table.<name>.name`.",
+				Validators:          []validator.String{tableName()},
+			},
+			"name": schema.StringAttribute{
+				Required:            true,
+				MarkdownDescription: "Name of the lease (an election's name, for a leader).",
+				Validators:          []validator.String{leaseName()},
+			},
+			"held": schema.BoolAttribute{
+				Computed:            true,
+				MarkdownDescription: "Whether a live holder has the lease. Always known.",
+			},
+			"holder_id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "Identity the holder recorded (`lease.WithHolderID`)." + whenHeld,
+			},
+			"token": schema.Int64Attribute{
+				Computed:            true,
+				MarkdownDescription: "Fencing token of the holder's acquisition." + whenHeld,
+			},
+			"acquired_at": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "Commit time of the acquisition, RFC 3339 with nanoseconds, UTC." + whenHeld,
+			},
+			"renewed_at": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "Commit time of the last renewal, RFC 3339 with nanoseconds, UTC." + whenHeld,
+			},
+			"expires_at": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "When the lease expires unless renewed, by Spanner's clock, RFC 3339 with " +
+					"nanoseconds, UTC." + whenHeld,
+			},
+		},
+	}
+}
+
+func (d *leaderDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	data, ok := req.ProviderData.(*providerData)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
+		return
+	}
+	d.data = data
+}
+
+func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var m leaderModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	db, known, err := d.data.defaultDatabase(m.Database)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("database"), "No database", err.Error())
+		return
+	}
+	if !known {
+		resp.Diagnostics.AddAttributeError(path.Root("database"), "Database not known",
+			"The provider's database is computed by a resource that is not created yet. Set database here, or add "+
+				"depends_on on that resource so that Terraform reads this data source during apply.")
+		return
+	}
+	table, name := m.Table.ValueString(), m.Name.ValueString()
+	h, err := d.holder(ctx, db, table, name)
+	held := err == nil
+	if err != nil && !errors.Is(err, lease.ErrNoHolder) {
+		resp.Diagnostics.AddError("Cannot read lease", fmt.Sprintf("reading lease %q in table %s of %s: %v", name, table, db, err))
+		return
+	}
+
+	m.ID = types.StringValue(leaseID(db, table, name))
+	m.Database = types.StringValue(db)
+	m.Held = types.BoolValue(held)
+	m.HolderID, m.Token = types.StringNull(), types.Int64Null()
+	m.AcquiredAt, m.RenewedAt, m.ExpiresAt = types.StringNull(), types.StringNull(), types.StringNull()
+	if held {
+		m.HolderID = types.StringValue(h.HolderID)
+		m.Token = types.Int64Value(h.Token)
+		m.AcquiredAt = timestamp(h.AcquiredAt)
+		m.RenewedAt = timestamp(h.RenewedAt)
+		m.ExpiresAt = timestamp(h.ExpiresAt)
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+}
+
+// holder is lease.Client.Holder itself, not a copy of its query.
+func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (lease.Holder, error) {
+	conns, err := d.data.connections()
+	if err != nil {
+		return lease.Holder{}, err
+	}
+	sc, err := conns.Spanner(ctx, db)
+	if err != nil {
+		return lease.Holder{}, err
+	}
+	lc, err := lease.NewClient(sc, table)
+	if err != nil {
+		return lease.Holder{}, err
+	}
+	// This Client holds nothing, so Close does no I/O and cannot fail.
+	defer func() { _ = lc.Close() }()
+	return lc.Holder(ctx, name)
+}
+
+func timestamp(t time.Time) types.String {
+	return types.StringValue(t.UTC().Format(time.RFC3339Nano))
+}

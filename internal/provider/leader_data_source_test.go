@@ -1,0 +1,97 @@
+package provider
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+func TestAccLeaderDataSource(t *testing.T) {
+	db, prov := accDatabase(t)
+	sc := emulator.Client(t, db)
+	// The lease this test holds would otherwise block the final destroy.
+	table := tableConfig(prov, unprotected+"  force_destroy = true\n")
+	free := `
+data "spannerlock_leader" "free" {
+  table = spannerlock_table.locks.name
+  name  = "nobody"
+}
+`
+	held := `
+data "spannerlock_leader" "jobs" {
+  table = spannerlock_table.locks.name
+  name  = "jobs"
+}
+`
+	var l *lease.Lease
+	// Holder is what applications see; the data source must say the same.
+	var want lease.Holder
+	sameAs := func(field func(lease.Holder) string) knownvalue.Check {
+		return knownvalue.StringFunc(func(got string) error {
+			if w := field(want); got != w {
+				return fmt.Errorf("got %q, want %q (from lease.Client.Holder)", got, w)
+			}
+			return nil
+		})
+	}
+	stamp := func(at func(lease.Holder) time.Time) func(lease.Holder) string {
+		return func(h lease.Holder) string { return at(h).UTC().Format(time.RFC3339Nano) }
+	}
+	jobs := func(attr string, v knownvalue.Check) statecheck.StateCheck {
+		return statecheck.ExpectKnownValue("data.spannerlock_leader.jobs", tfjsonpath.New(attr), v)
+	}
+	resource.ParallelTest(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: table + free,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("data.spannerlock_leader.free", tfjsonpath.New("held"), knownvalue.Bool(false)),
+					statecheck.ExpectKnownValue("data.spannerlock_leader.free", tfjsonpath.New("holder_id"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.spannerlock_leader.free", tfjsonpath.New("token"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.spannerlock_leader.free", tfjsonpath.New("expires_at"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("data.spannerlock_leader.free", tfjsonpath.New("id"),
+						knownvalue.StringExact(db+"/tables/locks/leases/nobody")),
+				},
+			},
+			{
+				PreConfig: func() {
+					l = holdLease(t, sc, "locks", "jobs", "worker-1")
+					lc, err := lease.NewClient(sc, "locks")
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer func() { _ = lc.Close() }()
+					if want, err = lc.Holder(emulator.Context(t), "jobs"); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: table + free + held,
+				ConfigStateChecks: []statecheck.StateCheck{
+					jobs("held", knownvalue.Bool(true)),
+					jobs("holder_id", knownvalue.StringExact("worker-1")),
+					jobs("token", knownvalue.Int64Func(func(got int64) error {
+						if got != l.Token() || got != want.Token {
+							return fmt.Errorf("token %d, want the lease's %d", got, l.Token())
+						}
+						return nil
+					})),
+					jobs("acquired_at", sameAs(stamp(func(h lease.Holder) time.Time { return h.AcquiredAt }))),
+					jobs("renewed_at", sameAs(stamp(func(h lease.Holder) time.Time { return h.RenewedAt }))),
+					jobs("expires_at", sameAs(stamp(func(h lease.Holder) time.Time { return h.ExpiresAt }))),
+					jobs("database", knownvalue.StringExact(db)),
+					statecheck.ExpectKnownValue("data.spannerlock_leader.free", tfjsonpath.New("held"), knownvalue.Bool(false)),
+				},
+			},
+		},
+	})
+}

@@ -1,0 +1,624 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"google.golang.org/grpc/codes"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+var (
+	_ resource.ResourceWithConfigure   = (*tableResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*tableResource)(nil)
+	_ resource.ResourceWithImportState = (*tableResource)(nil)
+)
+
+// defaultTimeout matches google_spanner_database's: schema changes on a
+// table with many rows run as long-running operations.
+const defaultTimeout = 20 * time.Minute
+
+// maxListedHolders keeps the refusal to destroy readable on a busy table.
+const maxListedHolders = 5
+
+type tableResource struct {
+	data *providerData
+}
+
+func newTableResource() resource.Resource { return &tableResource{} }
+
+type tableModel struct {
+	ID                 types.String   `tfsdk:"id"`
+	Name               types.String   `tfsdk:"name"`
+	Database           types.String   `tfsdk:"database"`
+	DeletionProtection types.Bool     `tfsdk:"deletion_protection"`
+	ForceDestroy       types.Bool     `tfsdk:"force_destroy"`
+	CleanupAfter       types.String   `tfsdk:"cleanup_after"`
+	SchemaVersion      types.Int64    `tfsdk:"schema_version"`
+	PendingDDL         types.List     `tfsdk:"pending_ddl"`
+	Timeouts           timeouts.Value `tfsdk:"timeouts"`
+}
+
+func (r *tableResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_table"
+}
+
+func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "A Spanner table that `lease` clients keep their leases in, created, migrated and " +
+			"repaired in place from the one schema definition the runtime uses.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "`projects/P/instances/I/databases/D/tables/T`.",
+			},
+			"name": schema.StringAttribute{
+				Required: true,
+				MarkdownDescription: "Name of the table: a letter, then letters, digits and underscores, at most " +
+					fmt.Sprint(locktable.MaxTableNameLength) + " characters. Pass the same name to `lease.NewClient`. " +
+					"Changing it replaces the table; names differing only in letter case are the same table to Spanner.",
+				Validators:    []validator.String{tableName()},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"database": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				MarkdownDescription: "Database of the table, `projects/P/instances/I/databases/D`. Defaults to the " +
+					"provider's `database`. Changing it replaces the table.",
+				Validators: []validator.String{databasePath()},
+			},
+			"deletion_protection": schema.BoolAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(true),
+				MarkdownDescription: "When true (the default), Terraform refuses to drop the table. Set it to false " +
+					"and apply before destroying or replacing the table.",
+			},
+			"force_destroy": schema.BoolAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
+				MarkdownDescription: "When false (the default), destroying the table fails while any lease in it is " +
+					"live. When true, the table is dropped even while leases are held.",
+			},
+			"cleanup_after": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "Delete the rows of leases not renewed for this long, as a whole number of days " +
+					"(`\"30d\"` or `\"720h\"`). Installs a Spanner row deletion policy on `renewed_at` and makes new names' " +
+					"tokens start at the commit time in microseconds, so a deleted name resumes above every token it had. " +
+					"Unset means rows are kept forever.",
+				Validators: []validator.String{cleanupPeriod()},
+			},
+			"schema_version": schema.Int64Attribute{
+				Computed: true,
+				MarkdownDescription: "Highest schema version the live table satisfies; 0 when it has drifted from " +
+					"every version. After apply it is the latest version, " + fmt.Sprint(locktable.Latest) + ".",
+			},
+			"pending_ddl": schema.ListAttribute{
+				Computed:            true,
+				ElementType:         types.StringType,
+				MarkdownDescription: "DDL statements the next apply will run; empty when the table is current.",
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+		},
+	}
+}
+
+func (r *tableResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	data, ok := req.ProviderData.(*providerData)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
+		return
+	}
+	r.data = data
+}
+
+// ModifyPlan shows what apply will do to the live table: the statements of
+// an in-place migration or repair, or why there can be none. It runs on
+// every plan, so drift found by Read becomes an update here.
+func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var plan, config tableModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
+	var state *tableModel
+	if !req.State.Raw.IsNull() {
+		state = &tableModel{}
+		resp.Diagnostics.Append(req.State.Get(ctx, state)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	db, dbKnown, err := r.data.defaultDatabase(config.Database)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("database"), "No database", err.Error())
+		return
+	}
+	plan.Database, plan.ID = types.StringUnknown(), types.StringUnknown()
+	if dbKnown {
+		plan.Database = types.StringValue(db)
+		if !plan.Name.IsUnknown() {
+			plan.ID = types.StringValue(tableID(db, plan.Name.ValueString()))
+		}
+	}
+
+	// database is Optional+Computed, so its replacement is decided here,
+	// where the provider's default is known, not by an attribute modifier
+	// that would see an unknown value and replace on every change.
+	replace := state == nil
+	if state != nil {
+		if !plan.Database.Equal(state.Database) {
+			resp.RequiresReplace.Append(path.Root("database"))
+			replace = true
+		}
+		if !plan.Name.Equal(state.Name) {
+			replace = true // the attribute's own modifier requests it
+			if strings.EqualFold(plan.Name.ValueString(), state.Name.ValueString()) {
+				// The new table would be the old one: Spanner resolves names
+				// regardless of case, so create-before-destroy collides and
+				// destroy-then-create loses every token.
+				resp.Diagnostics.AddAttributeError(path.Root("name"), "Table name differs only in letter case",
+					fmt.Sprintf("Spanner treats %q and %q as the same table, and spannerlock_table does not rename tables. "+
+						"Keep name = %q.", plan.Name.ValueString(), state.Name.ValueString(), state.Name.ValueString()))
+				return
+			}
+		}
+	}
+
+	switch {
+	case replace:
+		if state != nil && protected(*state) {
+			resp.Diagnostics.AddAttributeError(path.Root("deletion_protection"), "Replacement blocked by deletion_protection",
+				fmt.Sprintf("Changing name or database replaces table %s, which drops it and every lease and token in it, "+
+					"and deletion_protection is true. To replace it, first set deletion_protection = false and apply; to keep it, "+
+					"revert the change.", state.ID.ValueString()))
+			return
+		}
+		plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
+		plan.PendingDDL = types.ListUnknown(types.StringType)
+		if dbKnown && !plan.Name.IsUnknown() {
+			r.refuseExisting(ctx, db, plan.Name.ValueString(), &resp.Diagnostics)
+		}
+	case !dbKnown || plan.CleanupAfter.IsUnknown() || r.data == nil || r.data.conns == nil:
+		// The statements depend on values known only at apply, and apply
+		// brings the table to the latest version or fails.
+		plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
+		plan.PendingDDL = types.ListUnknown(types.StringType)
+	default:
+		r.planChanges(ctx, db, &plan, &resp.Diagnostics)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
+}
+
+// planChanges sets the planned schema_version and pending_ddl of an existing
+// table from its live schema.
+func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableModel, diags *diag.Diagnostics) {
+	table := plan.Name.ValueString()
+	ins, err := r.inspect(ctx, db, table)
+	if err != nil {
+		diags.AddError("Cannot read table", err.Error())
+		return
+	}
+	opts, err := cleanupOptions(plan.CleanupAfter)
+	if err != nil {
+		diags.AddAttributeError(path.Root("cleanup_after"), "Invalid cleanup period", err.Error())
+		return
+	}
+	stmts, err := ins.Plan(opts)
+	if err != nil {
+		diags.AddAttributeError(path.Root("name"), "Table cannot be migrated in place", unmigratable(err))
+		return
+	}
+	if len(stmts) == 0 {
+		plan.SchemaVersion = types.Int64Value(int64(ins.Version))
+		plan.PendingDDL = ddlList(nil)
+		return
+	}
+	plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
+	// Unknown rather than empty: the prior value, the statements Read found
+	// pending, stays visible in the plan as what this apply runs.
+	plan.PendingDDL = types.ListUnknown(types.StringType)
+
+	diags.AddAttributeWarning(path.Root("pending_ddl"), fmt.Sprintf("Table %s will be changed in place", table), describeChanges(ins, stmts))
+}
+
+// describeChanges says what apply will run and what in the live table
+// calls for it, so a reviewer can tell a migration from a repair of drift.
+func describeChanges(ins locktable.Inspection, stmts []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Apply will run these statements on table %s; none drops a column or a table, so its rows are kept:\n\n  %s\n",
+		ins.Table, strings.Join(stmts, ";\n  "))
+	switch {
+	case !ins.Exists:
+		b.WriteString("\nThe table does not exist.\n")
+	case ins.Version == 0:
+		fmt.Fprintf(&b, "\nThe live table has drifted from every schema version. Differences from version %d:\n", locktable.Latest)
+	case ins.Version < locktable.Latest:
+		fmt.Fprintf(&b, "\nThe live table is at schema version %d; the latest is %d. Differences:\n", ins.Version, locktable.Latest)
+	}
+	if ins.Exists {
+		for _, d := range ins.Diffs {
+			fmt.Fprintf(&b, "  - %s\n", d)
+		}
+	}
+	if ins.ForeignPolicy != "" {
+		fmt.Fprintf(&b, "\nThe row deletion policy %s was not written by spannerlock and could delete live leases, so it is replaced or dropped.\n", ins.ForeignPolicy)
+	}
+	return b.String()
+}
+
+// refuseExisting stops the creation of a table that already exists: adopting
+// it silently would hide its schema and rows from review. A failed lookup
+// is no reason to stop the plan (the database may be created by this same
+// apply); Create checks again.
+func (r *tableResource) refuseExisting(ctx context.Context, db, table string, diags *diag.Diagnostics) {
+	if r.data == nil || r.data.conns == nil {
+		return
+	}
+	ins, err := r.inspect(ctx, db, table)
+	if err != nil || !ins.Exists {
+		return
+	}
+	diags.AddAttributeError(path.Root("name"), "Table already exists", alreadyExists(db, table))
+}
+
+func alreadyExists(db, table string) string {
+	return fmt.Sprintf("Table %s already exists in %s. spannerlock_table never adopts or replaces an existing table "+
+		"without review; import it instead:\n\n  terraform import <resource address> %s\n\nThe plan after the import shows any "+
+		"migration the table needs.", table, db, tableID(db, table))
+}
+
+func unmigratable(err error) string {
+	return err.Error() + "\n\nspannerlock changes lock tables only additively and never drops a column or replaces a " +
+		"table that may hold leases, because each row keeps its name's fencing token. Fix the table by hand as described, " +
+		"or set name to a new table (and move the applications to it)."
+}
+
+func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan tableModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, diags := plan.Timeouts.Create(ctx, defaultTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	db, table := plan.Database.ValueString(), plan.Name.ValueString()
+	opts, err := cleanupOptions(plan.CleanupAfter)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("cleanup_after"), "Invalid cleanup period", err.Error())
+		return
+	}
+	ins, err := r.inspect(ctx, db, table)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read table", err.Error())
+		return
+	}
+	if ins.Exists {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Table already exists", alreadyExists(db, table))
+		return
+	}
+	stmts, err := ins.Plan(opts)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Cannot create table", err.Error())
+		return
+	}
+	if err := r.apply(ctx, db, stmts); err != nil {
+		resp.Diagnostics.AddError("Cannot create table", ddlFailure(ctx, err, "create",
+			fmt.Sprintf("If the table was created before the failure, import it (terraform import <resource address> %s) "+
+				"and apply again to finish.", tableID(db, table))))
+		return
+	}
+	r.save(ctx, &plan, &resp.State, &resp.Diagnostics)
+}
+
+func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state tableModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ins, err := r.inspect(ctx, state.Database.ValueString(), state.Name.ValueString())
+	if err != nil && !databaseGone(err) {
+		resp.Diagnostics.AddError("Cannot read table", err.Error())
+		return
+	}
+	if err != nil || !ins.Exists {
+		// Dropped outside Terraform, maybe with its database: the next plan
+		// creates it again.
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	state.refresh(ins, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan tableModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, diags := plan.Timeouts.Update(ctx, defaultTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	db, table := plan.Database.ValueString(), plan.Name.ValueString()
+	opts, err := cleanupOptions(plan.CleanupAfter)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("cleanup_after"), "Invalid cleanup period", err.Error())
+		return
+	}
+	// The plan's statements are recomputed rather than replayed: the table
+	// may have changed since the plan, and the statements must fit it now.
+	ins, err := r.inspect(ctx, db, table)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read table", err.Error())
+		return
+	}
+	stmts, err := ins.Plan(opts)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Table cannot be migrated in place", unmigratable(err))
+		return
+	}
+	if err := r.apply(ctx, db, stmts); err != nil {
+		resp.Diagnostics.AddError("Cannot update table", ddlFailure(ctx, err, "update",
+			"Statements before the failing one stay applied; the next plan shows what is still pending."))
+		return
+	}
+	r.save(ctx, &plan, &resp.State, &resp.Diagnostics)
+}
+
+func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state tableModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	// Checked before anything else so that the refusal is the answer
+	// whatever else is wrong (an unreachable database, live leases).
+	if protected(state) {
+		resp.Diagnostics.AddAttributeError(path.Root("deletion_protection"), "Table is protected by deletion_protection",
+			fmt.Sprintf("Table %s was not dropped because deletion_protection is true. Dropping it deletes every lease "+
+				"and fencing token in it. To drop it, set deletion_protection = false, run terraform apply, then destroy.",
+				state.ID.ValueString()))
+		return
+	}
+	timeout, diags := state.Timeouts.Delete(ctx, defaultTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	db, table := state.Database.ValueString(), state.Name.ValueString()
+	ins, err := r.inspect(ctx, db, table)
+	if err != nil && !databaseGone(err) {
+		resp.Diagnostics.AddError("Cannot read table", err.Error())
+		return
+	}
+	if err != nil || !ins.Exists {
+		return
+	}
+	if !state.ForceDestroy.ValueBool() {
+		if msg := r.liveLeases(ctx, db, table); msg != "" {
+			resp.Diagnostics.AddAttributeError(path.Root("force_destroy"), "Table has live leases", msg)
+			return
+		}
+	}
+	if err := r.apply(ctx, db, locktable.DropDDL(table)); err != nil {
+		resp.Diagnostics.AddError("Cannot drop table", ddlFailure(ctx, err, "delete", ""))
+	}
+}
+
+// liveLeases describes the leases that block a destroy, "" when none does.
+// It reads through the lease package, so "live" means what it means to
+// every application using the table.
+func (r *tableResource) liveLeases(ctx context.Context, db, table string) string {
+	sc, err := r.spanner(ctx, db)
+	if err == nil {
+		var lc *lease.Client
+		if lc, err = lease.NewClient(sc, table); err == nil {
+			// This Client holds nothing, so Close does no I/O and cannot fail.
+			defer func() { _ = lc.Close() }()
+			var holders []lease.Holder
+			if holders, err = lc.Holders(ctx); err == nil {
+				return describeHolders(table, holders)
+			}
+		}
+	}
+	return fmt.Sprintf("Table %s was not dropped: checking it for live leases failed: %v\n\n"+
+		"Set force_destroy = true and apply to drop it without the check.", table, err)
+}
+
+func describeHolders(table string, holders []lease.Holder) string {
+	if len(holders) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Table %s was not dropped: %d lease(s) in it are live, so applications are relying on it:\n", table, len(holders))
+	for i, h := range holders {
+		if i == maxListedHolders {
+			fmt.Fprintf(&b, "  ... and %d more\n", len(holders)-maxListedHolders)
+			break
+		}
+		fmt.Fprintf(&b, "  - %q held by %q with token %d until %s\n", h.Name, h.HolderID, h.Token, h.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	b.WriteString("\nWait for them to be released or to expire, or set force_destroy = true and apply to drop the table anyway.")
+	return b.String()
+}
+
+func (r *tableResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	var defaultDB string
+	if r.data != nil {
+		defaultDB = r.data.database
+	}
+	db, table, err := parseTableImportID(req.ID, defaultDB)
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid import ID", err.Error())
+		return
+	}
+	// The Terraform-only settings get their defaults, so the plan after
+	// importing into a configuration that relies on them is empty; Read
+	// fills in everything that lives in Spanner.
+	for name, v := range map[string]attr.Value{
+		"id":                  types.StringValue(tableID(db, table)),
+		"name":                types.StringValue(table),
+		"database":            types.StringValue(db),
+		"deletion_protection": types.BoolValue(true),
+		"force_destroy":       types.BoolValue(false),
+		"pending_ddl":         ddlList(nil),
+	} {
+		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(name), v)...)
+	}
+}
+
+// save records the table as it is after a change: the planned settings and
+// what Spanner reports.
+func (r *tableResource) save(ctx context.Context, m *tableModel, state *tfsdk.State, diags *diag.Diagnostics) {
+	ins, err := r.inspect(ctx, m.Database.ValueString(), m.Name.ValueString())
+	if err != nil {
+		diags.AddError("Cannot read table after the change", err.Error())
+		return
+	}
+	m.ID = types.StringValue(tableID(m.Database.ValueString(), m.Name.ValueString()))
+	m.refresh(ins, diags)
+	diags.Append(state.Set(ctx, m)...)
+}
+
+// refresh updates the attributes that live in Spanner from an inspection.
+func (m *tableModel) refresh(ins locktable.Inspection, diags *diag.Diagnostics) {
+	want, err := cleanupOptions(m.CleanupAfter)
+	if err != nil {
+		want = locktable.Options{}
+	}
+	stmts, err := ins.Plan(want)
+	if err != nil {
+		// Read must succeed so that Terraform can still destroy or import;
+		// the plan turns this into an error.
+		diags.AddWarning(fmt.Sprintf("Table %s cannot be migrated in place", ins.Table), unmigratable(err))
+		stmts = nil
+	}
+	m.PendingDDL = ddlList(stmts)
+	m.SchemaVersion = types.Int64Value(int64(ins.Version))
+	switch {
+	case ins.CleanupAfter == 0:
+		m.CleanupAfter = types.StringNull()
+	case want.CleanupAfter == ins.CleanupAfter:
+		// Keep the configured spelling ("720h" or "30d") to avoid a
+		// perpetual diff between equal periods.
+	default:
+		m.CleanupAfter = types.StringValue(locktable.FormatCleanupAfter(ins.CleanupAfter))
+	}
+}
+
+// databaseGone reports an error saying the database (or its instance) does
+// not exist, which means the table does not either.
+func databaseGone(err error) bool {
+	return spanner.ErrCode(err) == codes.NotFound
+}
+
+func protected(m tableModel) bool {
+	return m.DeletionProtection.IsNull() || m.DeletionProtection.ValueBool()
+}
+
+func cleanupOptions(v types.String) (locktable.Options, error) {
+	if v.IsNull() || v.IsUnknown() {
+		return locktable.Options{}, nil
+	}
+	d, err := locktable.ParseCleanupAfter(v.ValueString())
+	return locktable.Options{CleanupAfter: d}, err
+}
+
+func ddlList(stmts []string) types.List {
+	elems := make([]attr.Value, len(stmts))
+	for i, s := range stmts {
+		elems[i] = types.StringValue(s)
+	}
+	return types.ListValueMust(types.StringType, elems)
+}
+
+func (r *tableResource) spanner(ctx context.Context, db string) (*spanner.Client, error) {
+	conns, err := r.data.connections()
+	if err != nil {
+		return nil, err
+	}
+	return conns.Spanner(ctx, db)
+}
+
+func (r *tableResource) inspect(ctx context.Context, db, table string) (locktable.Inspection, error) {
+	sc, err := r.spanner(ctx, db)
+	if err != nil {
+		return locktable.Inspection{}, err
+	}
+	ins, err := locktable.Inspect(ctx, sc, table)
+	if err != nil {
+		return locktable.Inspection{}, fmt.Errorf("%s: %w", db, err)
+	}
+	return ins, nil
+}
+
+func (r *tableResource) apply(ctx context.Context, db string, stmts []string) error {
+	conns, err := r.data.connections()
+	if err != nil {
+		return err
+	}
+	admin, err := conns.Admin(ctx)
+	if err != nil {
+		return err
+	}
+	return locktable.Apply(ctx, admin, db, stmts)
+}
+
+// ddlFailure explains a failed schema change; a timeout gets its own advice
+// because Spanner keeps running a schema change the client stopped waiting for.
+func ddlFailure(ctx context.Context, err error, op, advice string) string {
+	msg := err.Error()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		msg += fmt.Sprintf("\n\nThe %s timeout ran out. Spanner may still be applying the schema change; "+
+			"raise timeouts.%s for large tables and run terraform apply again.", op, op)
+	}
+	if advice != "" {
+		msg += "\n\n" + advice
+	}
+	return msg
+}

@@ -1,8 +1,10 @@
-// Command demo shows spannerlock end to end on the Spanner emulator: it
-// creates a lock table, runs three replicas of examples/leader, kills the
-// leader without letting it release, and shows another replica take over.
-// It starts an emulator unless SPANNER_EMULATOR_HOST names one. Run it with
-// `make demo`.
+// Command demo shows spannerlock end to end on the Spanner emulator:
+// terraform apply of examples/quickstart with the provider built from this
+// checkout creates the lock table; three replicas of examples/leader elect a
+// leader; Terraform's spannerlock_leader data source shows it; the leader is
+// killed without releasing, another takes over, and Terraform shows the new
+// one. It starts an emulator unless SPANNER_EMULATOR_HOST names one, and
+// finds terraform through $TERRAFORM or PATH. Run it with `make demo`.
 package main
 
 import (
@@ -24,7 +26,7 @@ import (
 )
 
 const (
-	table    = "locks"
+	table    = "locks" // as examples/quickstart names it
 	election = "jobs"
 	ttl      = 3 * time.Second
 	replicas = 3
@@ -50,17 +52,30 @@ func run(ctx context.Context) error {
 	}
 	defer func() { _ = e.Stop() }()
 
-	db, err := e.CreateDatabase(ctx, lease.DDL(table)...)
+	db, err := e.CreateDatabase(ctx)
 	if err != nil {
 		return err
 	}
-	say("created %s with table %s (lease.DDL)", db, table)
+	say("created the empty database %s", db)
 
-	bin, err := buildLeader(ctx)
+	work, err := os.MkdirTemp("", "spannerlock-demo")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(filepath.Dir(bin)) }()
+	defer func() { _ = os.RemoveAll(work) }()
+	tf, err := newTerraform(ctx, work, db, e)
+	if err != nil {
+		return err
+	}
+	say("terraform apply of examples/quickstart (provider built from this checkout, via dev_overrides)")
+	if err := tf.run(ctx, "apply", "-auto-approve"); err != nil {
+		return err
+	}
+
+	bin := filepath.Join(work, "leader")
+	if err := goBuild(ctx, bin, "./examples/leader"); err != nil {
+		return err
+	}
 
 	procs := map[string]*exec.Cmd{}
 	var output sync.WaitGroup
@@ -104,8 +119,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	say("%s leads with token %d; letting it lead for a few seconds", leader.HolderID, leader.Token)
-	if err := pause(ctx, 4*time.Second); err != nil {
+	say("%s leads with token %d", leader.HolderID, leader.Token)
+	if err := tf.showLeader(ctx); err != nil {
+		return err
+	}
+	if err := pause(ctx, 2*time.Second); err != nil {
 		return err
 	}
 
@@ -122,7 +140,7 @@ func run(ctx context.Context) error {
 	}
 	took := time.Since(killed)
 	say("%s took over with token %d, %s after the kill (%.2f×TTL)", next.HolderID, next.Token, took.Round(time.Millisecond), took.Seconds()/ttl.Seconds())
-	if err := pause(ctx, 3*time.Second); err != nil {
+	if err := tf.showLeader(ctx); err != nil {
 		return err
 	}
 
@@ -135,6 +153,10 @@ func run(ctx context.Context) error {
 	output.Wait()
 	if _, err := watcher.Holder(ctx, election); errors.Is(err, lease.ErrNoHolder) {
 		say("no one holds %q now: the last leader released it on the way out", election)
+	}
+	say("terraform destroy: no lease is live, so the table may go")
+	if err := tf.run(ctx, "destroy", "-auto-approve"); err != nil {
+		return err
 	}
 	say("done")
 	return nil
@@ -153,18 +175,13 @@ func startEmulator(ctx context.Context) (*emulator.Emulator, error) {
 	return e, nil
 }
 
-func buildLeader(ctx context.Context) (string, error) {
-	dir, err := os.MkdirTemp("", "spannerlock-demo")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "leader")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/leader")
+func goBuild(ctx context.Context, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build examples/leader: %w", err)
+		return fmt.Errorf("go build %s: %w", pkg, err)
 	}
-	return bin, nil
+	return nil
 }
 
 func relay(r io.Reader) {

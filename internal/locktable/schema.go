@@ -100,6 +100,54 @@ var versions = [][]change{
 		// once cleanup may delete rows (see Options.CleanupAfter).
 		setDefault("token", firstToken),
 	},
+	3: {
+		addColumns(
+			// kind is NULL for a lock, "semaphore" or "workers" for the
+			// parent row of a semaphore or a worker-ID pool, whose token is
+			// the next permit token.
+			Column{Name: "kind", Type: "STRING(16)"},
+			// permits is a semaphore's capacity; NULL when not declared.
+			Column{Name: "permits", Type: "INT64"},
+			// completed_at records that a RunOnce slot succeeded.
+			Column{Name: "completed_at", Type: "TIMESTAMP", CommitTimestamp: true},
+		),
+		createTable(func(table string) Table {
+			return Table{
+				Name:   table + permitsSuffix,
+				Parent: table,
+				Columns: []Column{
+					{Name: "name", Type: "STRING(1024)", NotNull: true},
+					// slot numbers the permits of one semaphore; for a worker
+					// pool it is the worker ID.
+					{Name: "slot", Type: "INT64", NotNull: true},
+					{Name: "token", Type: "INT64", NotNull: true},
+					{Name: "holder_id", Type: "STRING(1024)"},
+					{Name: "session_id", Type: "STRING(64)"},
+					{Name: "ttl_ms", Type: "INT64"},
+					{Name: "acquired_at", Type: "TIMESTAMP", CommitTimestamp: true},
+					{Name: "renewed_at", Type: "TIMESTAMP", CommitTimestamp: true},
+					{Name: "payload", Type: "BYTES(MAX)"},
+					// high_water is, by the holder's wall clock, the latest
+					// moment it may have used the slot; a worker ID's next
+					// holder waits past it so IDs never go back in time.
+					{Name: "high_water", Type: "TIMESTAMP"},
+				},
+				Key: []string{"name", "slot"},
+			}
+		}),
+	},
+}
+
+// permitsSuffix names the table of semaphore permits and worker IDs.
+const permitsSuffix = "_permits"
+
+// PermitsTable returns the name of the permits table of a lock table.
+func PermitsTable(table string) string { return table + permitsSuffix }
+
+func addColumns(cols ...Column) change {
+	return func(s *Schema, _ string) {
+		s.Tables[0].Columns = append(s.Tables[0].Columns, cols...)
+	}
 }
 
 // firstToken and clockToken are the two defaults of the token column.
@@ -109,7 +157,7 @@ const (
 )
 
 func setDefault(column, expr string) change {
-	return func(s *Schema, table string) {
+	return func(s *Schema, _ string) {
 		t := &s.Tables[0]
 		for i := range t.Columns {
 			if t.Columns[i].Name == column {
@@ -156,8 +204,8 @@ func Definition(table string, version int) Schema {
 	return s
 }
 
-// MaxTableNameLength leaves room for the suffixes of the companion tables a
-// later version may add within Spanner's 128-character limit.
+// MaxTableNameLength leaves room for the suffixes of the companion tables
+// (PermitsTable) within Spanner's 128-character limit.
 const MaxTableNameLength = 100
 
 var tableNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)

@@ -37,7 +37,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: Acquire: %w", err)
 	}
-	cfg := newAcquireConfig(opts)
+	return c.acquire(ctx, name, newAcquireConfig(opts))
+}
+
+func (c *Client) acquire(ctx context.Context, name string, cfg acquireConfig) (*Lease, error) {
 	w := waiter{c: c, name: name}
 	for {
 		busy, err := c.reserve(name)
@@ -59,7 +62,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 			return nil, fmt.Errorf("lease: Acquire %q: %w", name, ctx.Err())
 		case errors.Is(err, ErrNotAcquired):
 			err = w.untilFree(ctx, holder)
-		case errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrClosed), errors.Is(err, errCompleted):
 		case transient(err):
 			c.log.Warn("acquire failed; retrying", "name", name, "err", err)
 			err = w.sleep(ctx, nil, 0)
@@ -70,8 +73,12 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	}
 }
 
-// errHeld rolls back an acquiring transaction that found a live holder.
-var errHeld = errors.New("held")
+// errHeld rolls back an acquiring transaction that found a live holder, and
+// errCompleted one that found its RunOnce slot already done.
+var (
+	errHeld      = errors.New("held")
+	errCompleted = errors.New("completed")
+)
 
 // acquireOnce runs the acquiring transaction once (the Spanner client retries
 // aborts). When the lease is held it returns the holder's row.
@@ -85,8 +92,13 @@ func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig
 	resp, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
 		sent, wrote = time.Now(), false
 		r, err := readRow(ctx, tx, c.sql, name)
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
+		case r.kind.Valid:
+			return fmt.Errorf("lease: %q is %s, not a lock: choose another name", name, describeKind(r.kind))
+		case cfg.untilCompleted && r.completed:
+			return errCompleted
 		}
 		// A live row of this Client's session that reserve let us acquire is
 		// an orphan: an acquisition whose commit was never confirmed, or a
@@ -131,7 +143,7 @@ func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig
 		return nil, row{}, c.explain(err)
 	}
 	c.log.Debug("acquired", "name", name, "token", token)
-	return newLease(c, name, token, cfg.payload, acquiredAt, sent), row{}, nil
+	return newLease(c, name, lockSlot, token, cfg.payload, acquiredAt, sent), row{}, nil
 }
 
 // reserve claims name for one acquisition by this Client. It returns a
@@ -167,7 +179,7 @@ func (c *Client) finish(name string, l *Lease, err error) (*Lease, error) {
 		l.end(ErrClosed)
 		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
 		defer cancel()
-		_, _ = c.releaseRows(ctx, []leaseKey{{Name: name, Token: l.token}})
+		_, _ = c.releaseLeases(ctx, []*Lease{l})
 		return nil, ErrClosed
 	}
 	return l, err

@@ -32,12 +32,19 @@ type Client struct {
 	background context.Context
 	stop       context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool
-	names   map[string]*nameState
+	mu     sync.Mutex
+	closed bool
+	names  map[string]*nameState
+	// permits are the semaphore permits and worker IDs this Client holds.
+	permits map[slotKey]*Lease
 	keeping bool
 	kick    chan struct{}
 	keeper  sync.WaitGroup
+}
+
+type slotKey struct {
+	name string
+	slot int64
 }
 
 // nameState is what this Client is doing with one lease name. A Client runs
@@ -73,6 +80,7 @@ func NewClient(db *spanner.Client, table string, opts ...Option) (*Client, error
 		background:   background,
 		stop:         stop,
 		names:        map[string]*nameState{},
+		permits:      map[slotKey]*Lease{},
 		kick:         make(chan struct{}, 1),
 	}
 	c.log = cfg.logger.With("table", table, "holder_id", cfg.holderID)
@@ -105,11 +113,8 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	var held []*Lease
+	held := c.leasesLocked()
 	for _, st := range c.names {
-		if st.held != nil {
-			held = append(held, st.held)
-		}
 		close(st.changed)
 		st.changed = make(chan struct{})
 	}
@@ -117,43 +122,101 @@ func (c *Client) Close() error {
 	c.stop()
 	c.keeper.Wait()
 
-	var keys []leaseKey
+	var ended []*Lease
 	for _, l := range held {
 		if l.end(ErrClosed) {
-			keys = append(keys, leaseKey{Name: l.name, Token: l.token})
+			ended = append(ended, l)
 		}
 	}
-	if len(keys) == 0 {
+	if len(ended) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
 	defer cancel()
-	_, err := c.releaseRows(ctx, keys)
-	for _, k := range keys {
-		announceRelease(c.signalPrefix + k.Name)
+	_, err := c.releaseLeases(ctx, ended)
+	for _, l := range ended {
+		announceRelease(c.signalPrefix + l.name)
 	}
 	if err != nil {
-		return fmt.Errorf("lease: Close: releasing %d leases (they expire within %s): %w", len(keys), c.cfg.ttl, c.explain(err))
+		return fmt.Errorf("lease: Close: releasing %d leases (they expire within %s): %w", len(ended), c.cfg.ttl, c.explain(err))
 	}
 	return nil
 }
 
-// releaseRows clears the session of the given leases if they are still live
-// and held by this Client, and returns how many it cleared.
-func (c *Client) releaseRows(ctx context.Context, keys []leaseKey) (int64, error) {
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		names[i] = k.Name
+// leasesLocked returns every lease the Client holds; c.mu is held.
+func (c *Client) leasesLocked() []*Lease {
+	var leases []*Lease
+	for _, st := range c.names {
+		if st.held != nil {
+			leases = append(leases, st.held)
+		}
 	}
-	var n int64
+	for _, l := range c.permits {
+		leases = append(leases, l)
+	}
+	return leases
+}
+
+// releaseLeases clears, in one transaction, the session of every given lease
+// still live and held by this Client, and returns how many it cleared.
+func (c *Client) releaseLeases(ctx context.Context, leases []*Lease) (int64, error) {
+	g := groupLeases(leases)
+	var cleared int64
 	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		var err error
-		n, err = tx.Update(ctx, spanner.Statement{SQL: c.sql.release, Params: map[string]any{
-			"names": names, "leases": keys, "session": c.session,
-		}})
+		releasedAt := map[string]any{"high_water": time.Now()}
+		counts, err := tx.BatchUpdate(ctx, g.statements(c, c.sql.release, c.sql.releasePermits, releasedAt))
+		cleared = sum(counts)
 		return err
 	}, spanner.TransactionOptions{TransactionTag: "spannerlock-release"})
-	return n, err
+	return cleared, err
+}
+
+// leaseGroups splits leases into the parameters of the lock and permit statements.
+type leaseGroups struct {
+	locks       []lockKey
+	lockNames   []string
+	permits     []permitKey
+	permitNames []string
+}
+
+func groupLeases(leases []*Lease) leaseGroups {
+	var g leaseGroups
+	for _, l := range leases {
+		if l.slot == lockSlot {
+			g.locks = append(g.locks, lockKey{Name: l.name, Token: l.token})
+			g.lockNames = append(g.lockNames, l.name)
+		} else {
+			g.permits = append(g.permits, permitKey{Name: l.name, Slot: l.slot, Token: l.token})
+			g.permitNames = append(g.permitNames, l.name)
+		}
+	}
+	return g
+}
+
+// statements binds the lock and permit forms of one statement to the
+// groups that are not empty; extra parameters go to both.
+func (g leaseGroups) statements(c *Client, lockSQL, permitSQL string, extra map[string]any) []spanner.Statement {
+	var stmts []spanner.Statement
+	if len(g.locks) > 0 {
+		params := map[string]any{"names": g.lockNames, "leases": g.locks, "session": c.session}
+		stmts = append(stmts, spanner.Statement{SQL: lockSQL, Params: params})
+	}
+	if len(g.permits) > 0 {
+		params := map[string]any{"names": g.permitNames, "permits": g.permits, "session": c.session}
+		for k, v := range extra {
+			params[k] = v
+		}
+		stmts = append(stmts, spanner.Statement{SQL: permitSQL, Params: params})
+	}
+	return stmts
+}
+
+func sum(counts []int64) int64 {
+	var n int64
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // state returns the state of name, creating it.
@@ -193,10 +256,11 @@ func (c *Client) explain(err error) error {
 }
 
 // transient reports whether an error is worth retrying: the Spanner client
-// has already retried what it can, so these are outages, not mistakes.
+// has already retried what it can, so these are outages, not mistakes. Errors
+// that did not come from Spanner (ErrCode says Unknown for them) never are.
 func transient(err error) bool {
 	switch spanner.ErrCode(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal, codes.Unknown, codes.Canceled:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal:
 		return true
 	}
 	return false

@@ -82,6 +82,27 @@
 //   - Campaign runs a leader election that rejoins after a loss and calls its
 //     callbacks only on transitions; Observe reports changes of holder.
 //
+// # Semaphores, run-once jobs and worker IDs
+//
+//   - A semaphore's capacity is stored in the table (SetPermits, or the
+//     spannerlock_semaphore Terraform resource). AcquirePermit blocks and
+//     TryAcquirePermit fails with ErrNotAcquired when all permits are held;
+//     a permit is a *Lease with its own token, and tokens grow across all
+//     permits of a semaphore. Never more permits are live than the limit:
+//     lowering it takes nothing away, but grants nothing until fewer are
+//     held. A permit of a holder that dies is freed when its lease expires.
+//     An undeclared semaphore fails with ErrUnknownSemaphore.
+//   - RunOnce runs a job for one schedule slot on exactly one of the
+//     replicas that call it and records its success, so a late replica does
+//     not run it again; if the runner crashes, another takes over after its
+//     lease expires.
+//   - AcquireWorkerID leases a unique ID in [0, max) from a pool for
+//     Snowflake-style generators (package idgen adapts sony/sonyflake and
+//     bwmarrin/snowflake); a reacquired ID never goes back in time.
+//   - AcquirePermit and AcquireWorkerID return an error wrapping ctx.Err()
+//     when ctx ends, and Release of a permit or worker ID already lost returns
+//     an error matching ErrLeaseLost, as for locks.
+//
 // # Assumptions
 //
 // Safety (one holder at a time, as seen by Guard) relies only on Spanner's

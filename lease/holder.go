@@ -29,21 +29,22 @@ func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
 	if err := validateName("lease name", name); err != nil {
 		return Holder{}, err
 	}
-	row, err := readRow(ctx, c.db.Single(), c.sql, name)
+	r, err := readRow(ctx, c.db.Single(), c.sql, name)
 	if err != nil {
 		return Holder{}, c.explain(err)
 	}
-	if !row.live {
+	if !r.live {
 		return Holder{}, fmt.Errorf("%w: %q", ErrNoHolder, name)
 	}
-	return row.holder(), nil
+	return r.holder(), nil
 }
 
-// Holders returns every live lease in the table, by name.
+// Holders returns every live lock in the table, by name. Semaphore permits
+// and worker IDs are reported by Semaphore.
 func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 	var holders []Holder
 	err := c.db.Single().Query(ctx, spanner.Statement{SQL: c.sql.selectLive}).Do(func(sr *spanner.Row) error {
-		r, err := scanRow(sr)
+		r, err := scanLockRow(sr)
 		holders = append(holders, r.holder())
 		return err
 	})
@@ -53,9 +54,10 @@ func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 	return holders, nil
 }
 
-// row is a lease row with Spanner's verdict on it.
+// row is a lock or permit row with Spanner's verdict on it.
 type row struct {
 	name      string
+	slot      int64 // lockSlot for a lock
 	found     bool
 	token     int64
 	holderID  spanner.NullString
@@ -68,7 +70,14 @@ type row struct {
 	// now is CURRENT_TIMESTAMP() when the row was read: Spanner's clock, for
 	// measuring how long until expires without consulting a local clock.
 	now time.Time
+
+	kind      spanner.NullString // locks only
+	completed bool               // locks only: a RunOnce slot that succeeded
+	highWater spanner.NullTime   // permits only
 }
+
+// lockSlot is the slot of a lock: locks have none.
+const lockSlot = -1
 
 func (r row) holder() Holder {
 	return Holder{
@@ -100,21 +109,44 @@ type querier interface {
 	Query(ctx context.Context, statement spanner.Statement) *spanner.RowIterator
 }
 
-// readRow is the one read of a lease row. A missing row is a free lease with
+// readRow is the one read of a lock row. A missing row is a free lease with
 // found == false.
 func readRow(ctx context.Context, q querier, sql statements, name string) (row, error) {
-	r := row{name: name}
+	r := row{name: name, slot: lockSlot}
 	it := q.Query(ctx, spanner.Statement{SQL: sql.selectRow, Params: map[string]any{"name": name}})
 	err := it.Do(func(sr *spanner.Row) error {
 		var err error
-		r, err = scanRow(sr)
+		r, err = scanLockRow(sr)
 		return err
 	})
 	return r, err
 }
 
-func scanRow(sr *spanner.Row) (row, error) {
+// readPermitRow is the one read of a permit row.
+func readPermitRow(ctx context.Context, q querier, sql statements, name string, slot int64) (row, error) {
+	r := row{name: name, slot: slot}
+	it := q.Query(ctx, spanner.Statement{SQL: sql.selectPermit, Params: map[string]any{"name": name, "slot": slot}})
+	err := it.Do(func(sr *spanner.Row) error {
+		var err error
+		r, err = scanPermitRow(sr)
+		return err
+	})
+	return r, err
+}
+
+// rowFields are the destinations of rowColumns, in order.
+func (r *row) rowFields() []any {
+	return []any{&r.name, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now}
+}
+
+func scanLockRow(sr *spanner.Row) (row, error) {
+	r := row{found: true, slot: lockSlot}
+	err := sr.Columns(append(r.rowFields(), &r.kind, &r.completed)...)
+	return r, err
+}
+
+func scanPermitRow(sr *spanner.Row) (row, error) {
 	r := row{found: true}
-	err := sr.Columns(&r.name, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now)
+	err := sr.Columns(append(r.rowFields(), &r.slot, &r.highWater)...)
 	return r, err
 }

@@ -53,25 +53,16 @@ func (c *Client) keep() {
 func (c *Client) heldLeases() []*Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var leases []*Lease
-	for _, st := range c.names {
-		if st.held != nil {
-			leases = append(leases, st.held)
-		}
-	}
-	return leases
+	return c.leasesLocked()
 }
 
 // renew extends the given leases in one transaction: a compare-and-set on
 // session and token that skips expired rows. Leases it could not renew are
 // lost; if the transaction fails, nothing is concluded and nothing extended.
+// Permit rows also record, by this process's wall clock, the latest moment
+// their holder may use them (see WorkerID).
 func (c *Client) renew(leases []*Lease) error {
-	keys := make([]leaseKey, len(leases))
-	names := make([]string, len(leases))
-	for i, l := range leases {
-		keys[i] = leaseKey{Name: l.name, Token: l.token}
-		names[i] = l.name
-	}
+	g := groupLeases(leases)
 	ctx, cancel := context.WithTimeout(c.background, c.cfg.renewInterval)
 	defer cancel()
 	var (
@@ -80,10 +71,9 @@ func (c *Client) renew(leases []*Lease) error {
 	)
 	resp, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
 		sent = time.Now()
-		var err error
-		renewed, err = tx.Update(ctx, spanner.Statement{SQL: c.sql.renew, Params: map[string]any{
-			"names": names, "leases": keys, "session": c.session,
-		}})
+		highWater := map[string]any{"high_water": c.deadlineFrom(sent)}
+		counts, err := tx.BatchUpdate(ctx, g.statements(c, c.sql.renew, c.sql.renewPermits, highWater))
+		renewed = sum(counts)
 		return err
 	}, spanner.TransactionOptions{TransactionTag: "spannerlock-renew"})
 	if err != nil {
@@ -97,26 +87,41 @@ func (c *Client) renew(leases []*Lease) error {
 	}
 	// Some rows no longer matched: the ones this commit renewed carry its
 	// timestamp; every other lease expired or was taken.
-	confirmed := map[leaseKey]bool{}
-	err = c.db.Single().Query(ctx, spanner.Statement{SQL: c.sql.confirmed, Params: map[string]any{
-		"names": names, "session": c.session, "committed": resp.CommitTs,
-	}}).Do(func(r *spanner.Row) error {
-		var k leaseKey
-		if err := r.Columns(&k.Name, &k.Token); err != nil {
-			return err
-		}
-		confirmed[k] = true
-		return nil
-	})
-	if err != nil {
-		return c.explain(err)
+	confirmed := map[permitKey]bool{}
+	read := func(sql string, names []string) error {
+		return c.db.Single().Query(ctx, spanner.Statement{SQL: sql, Params: map[string]any{
+			"names": names, "session": c.session, "committed": resp.CommitTs,
+		}}).Do(func(r *spanner.Row) error {
+			var k permitKey
+			if err := r.Columns(&k.Name, &k.Slot, &k.Token); err != nil {
+				return err
+			}
+			confirmed[k] = true
+			return nil
+		})
 	}
-	for i, l := range leases {
-		if confirmed[keys[i]] {
+	if len(g.locks) > 0 {
+		if err := read(c.sql.confirmed, g.lockNames); err != nil {
+			return c.explain(err)
+		}
+	}
+	if len(g.permits) > 0 {
+		if err := read(c.sql.confirmedPermits, g.permitNames); err != nil {
+			return c.explain(err)
+		}
+	}
+	for _, l := range leases {
+		if confirmed[permitKey{Name: l.name, Slot: l.slot, Token: l.token}] {
 			l.confirm(sent)
 		} else {
 			l.lose("a renewal found it expired or held by another")
 		}
 	}
 	return nil
+}
+
+// deadlineFrom is when a lease renewed (or acquired) by a transaction that
+// began at sent is presumed lost.
+func (c *Client) deadlineFrom(sent time.Time) time.Time {
+	return sent.Add(c.cfg.ttl - c.cfg.safetyMargin())
 }

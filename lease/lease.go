@@ -13,11 +13,16 @@ import (
 // Lease is one held acquisition of a named lease. Its Context ends when the
 // lease is lost, released, or its Client closes.
 type Lease struct {
-	c          *Client
-	name       string
+	c    *Client
+	name string
+	// slot is the permit's slot (a worker ID) for semaphores and worker
+	// pools, lockSlot for a lock.
+	slot       int64
 	token      int64
 	payload    []byte
 	acquiredAt time.Time
+	// notBefore is, for a worker ID, the previous holder's high-water mark.
+	notBefore time.Time
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -45,10 +50,10 @@ const (
 // newLease starts the lease's local deadline from the moment its acquiring
 // transaction began: Spanner's commit timestamp is no earlier than that, so
 // the lease cannot expire on Spanner's clock before the local deadline.
-func newLease(c *Client, name string, token int64, payload []byte, acquiredAt, sent time.Time) *Lease {
+func newLease(c *Client, name string, slot, token int64, payload []byte, acquiredAt, sent time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{c: c, name: name, token: token, payload: payload, acquiredAt: acquiredAt, ctx: ctx, cancel: cancel}
-	l.deadline = sent.Add(c.cfg.ttl - c.cfg.safetyMargin())
+	l := &Lease{c: c, name: name, slot: slot, token: token, payload: payload, acquiredAt: acquiredAt, ctx: ctx, cancel: cancel}
+	l.deadline = c.deadlineFrom(sent)
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
 	return l
 }
@@ -104,7 +109,7 @@ func (l *Lease) confirm(sent time.Time) {
 	if l.state == ended {
 		return
 	}
-	if d := sent.Add(l.c.cfg.ttl - l.c.cfg.safetyMargin()); d.After(l.deadline) {
+	if d := l.c.deadlineFrom(sent); d.After(l.deadline) {
 		l.deadline = d
 		l.timer.Reset(time.Until(d))
 	}
@@ -156,27 +161,41 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 
-	n, err := l.c.releaseRows(ctx, []leaseKey{{Name: l.name, Token: l.token}})
+	n, err := l.c.releaseLeases(ctx, []*Lease{l})
 	if err != nil {
 		// The commit may have happened: ask Spanner rather than guess.
-		r, rerr := readRow(context.WithoutCancel(ctx), l.c.db.Single(), l.c.sql, l.name)
+		r, rerr := l.read(context.WithoutCancel(ctx), l.c.db.Single())
 		if rerr != nil || r.heldBy(l.c.session, l.token) {
 			return fmt.Errorf("lease: Release %q: %w", l.name, l.c.explain(err))
 		}
 		n = 1
 	}
-	if n == 0 {
-		l.end(lostError(l.name, l.token, "it expired or was taken before Release"))
+	return l.settle(n == 1, ErrReleased, "Release")
+}
+
+// settle ends the lease after a release-like transaction: with cause when it
+// cleared the row, as lost when the row was no longer the lease's.
+func (l *Lease) settle(cleared bool, cause error, op string) error {
+	if !cleared {
+		l.end(lostError(l.name, l.token, "it expired or was taken before "+op))
 		l.c.forget(l)
 		l.mu.Lock()
 		l.lossReported = true
 		l.mu.Unlock()
-		return fmt.Errorf("lease: Release: %w", context.Cause(l.ctx))
+		return fmt.Errorf("lease: %s: %w", op, context.Cause(l.ctx))
 	}
-	l.end(ErrReleased)
+	l.end(cause)
 	l.c.forget(l)
 	announceRelease(l.c.signalPrefix + l.name)
 	return nil
+}
+
+// read reads the lease's row: its lock row, or its permit row.
+func (l *Lease) read(ctx context.Context, q querier) (row, error) {
+	if l.slot == lockSlot {
+		return readRow(ctx, q, l.c.sql, l.name)
+	}
+	return readPermitRow(ctx, q, l.c.sql, l.name, l.slot)
 }
 
 // Guard checks, inside the caller's read-write transaction, that this lease
@@ -189,7 +208,7 @@ func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) er
 	if err := context.Cause(l.ctx); err != nil {
 		return fmt.Errorf("lease: Guard: %w", err)
 	}
-	r, err := readRow(ctx, txn, l.c.sql, l.name)
+	r, err := l.read(ctx, txn)
 	if err != nil {
 		return l.c.explain(err)
 	}

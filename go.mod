@@ -4,7 +4,9 @@ go 1.26
 
 require (
 	cloud.google.com/go/spanner v1.87.0
+	github.com/bwmarrin/snowflake v0.3.0
 	github.com/hashicorp/terraform-plugin-framework v1.19.0
+	github.com/sony/sonyflake v1.2.0
 	google.golang.org/api v0.256.0
 	google.golang.org/grpc v1.79.2
 )

@@ -19,11 +19,10 @@ import (
 // concurrent use. All leases a Client holds are renewed together, by one
 // transaction per renewal interval.
 type Client struct {
-	db      *spanner.Client
-	sql     statements
-	cfg     config
-	log     *slog.Logger
-	session string
+	db  *spanner.Client
+	sql statements
+	cfg config
+	log *slog.Logger
 	// signals is keyed by database and table so that Clients of one process
 	// sharing a table wake each other's waiters on release.
 	signalPrefix string
@@ -34,11 +33,12 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
-	names  map[string]*nameState
+	// sess is the session new acquisitions join; see session.
+	sess  *session
+	names map[string]*nameState
 	// permits are the semaphore permits and worker IDs this Client holds.
 	permits map[slotKey]*Lease
 	keeping bool
-	kick    chan struct{}
 	keeper  sync.WaitGroup
 }
 
@@ -75,14 +75,13 @@ func NewClient(db *spanner.Client, table string, opts ...Option) (*Client, error
 		db:           db,
 		sql:          newStatements(table),
 		cfg:          cfg,
-		session:      randomHex(16),
 		signalPrefix: db.DatabaseName() + "\x00" + table + "\x00",
 		background:   background,
 		stop:         stop,
 		names:        map[string]*nameState{},
 		permits:      map[slotKey]*Lease{},
-		kick:         make(chan struct{}, 1),
 	}
+	c.sess = newSession(c)
 	c.log = cfg.logger.With("table", table, "holder_id", cfg.holderID)
 	return c, nil
 }
@@ -128,12 +127,32 @@ func (c *Client) Close() error {
 			ended = append(ended, l)
 		}
 	}
-	if len(ended) == 0 {
+	s := c.sess
+	created, _, _ := s.state()
+	s.end()
+	if !created {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
 	defer cancel()
-	_, err := c.releaseLeases(ctx, ended)
+	// Deleting the session releases every lock naming it at once. Permit
+	// rows are released one by one so worker IDs record when they were last
+	// used; a Client holds few of those.
+	releasedAt := time.Now()
+	var stmts []spanner.Statement
+	for _, l := range ended {
+		if l.slot != lockSlot && l.sess == s {
+			stmts = append(stmts, l.releaseStatement(releasedAt))
+		}
+	}
+	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+		if len(stmts) > 0 {
+			if _, err := tx.BatchUpdate(ctx, stmts); err != nil {
+				return err
+			}
+		}
+		return tx.BufferWrite([]*spanner.Mutation{spanner.Delete(c.sql.sessions, spanner.Key{s.id})})
+	}, spanner.TransactionOptions{TransactionTag: "spannerlock-close"})
 	for _, l := range ended {
 		announceRelease(c.signalPrefix + l.name)
 	}
@@ -157,66 +176,32 @@ func (c *Client) leasesLocked() []*Lease {
 	return leases
 }
 
-// releaseLeases clears, in one transaction, the session of every given lease
-// still live and held by this Client, and returns how many it cleared.
-func (c *Client) releaseLeases(ctx context.Context, leases []*Lease) (int64, error) {
-	g := groupLeases(leases)
-	var cleared int64
-	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		releasedAt := map[string]any{"high_water": time.Now()}
-		counts, err := tx.BatchUpdate(ctx, g.statements(c, c.sql.release, c.sql.releasePermits, releasedAt))
-		cleared = sum(counts)
-		return err
-	}, spanner.TransactionOptions{TransactionTag: "spannerlock-release"})
-	return cleared, err
-}
-
-// leaseGroups splits leases into the parameters of the lock and permit statements.
-type leaseGroups struct {
-	locks       []lockKey
-	lockNames   []string
-	permits     []permitKey
-	permitNames []string
-}
-
-func groupLeases(leases []*Lease) leaseGroups {
-	var g leaseGroups
-	for _, l := range leases {
-		if l.slot == lockSlot {
-			g.locks = append(g.locks, lockKey{Name: l.name, Token: l.token})
-			g.lockNames = append(g.lockNames, l.name)
-		} else {
-			g.permits = append(g.permits, permitKey{Name: l.name, Slot: l.slot, Token: l.token})
-			g.permitNames = append(g.permitNames, l.name)
-		}
-	}
-	return g
-}
-
-// statements binds the lock and permit forms of one statement to the
-// groups that are not empty; extra parameters go to both.
-func (g leaseGroups) statements(c *Client, lockSQL, permitSQL string, extra map[string]any) []spanner.Statement {
-	var stmts []spanner.Statement
-	if len(g.locks) > 0 {
-		params := map[string]any{"names": g.lockNames, "leases": g.locks, "session": c.session}
-		stmts = append(stmts, spanner.Statement{SQL: lockSQL, Params: params})
-	}
-	if len(g.permits) > 0 {
-		params := map[string]any{"names": g.permitNames, "permits": g.permits, "session": c.session}
-		for k, v := range extra {
-			params[k] = v
-		}
-		stmts = append(stmts, spanner.Statement{SQL: permitSQL, Params: params})
-	}
-	return stmts
-}
-
-func sum(counts []int64) int64 {
+// update runs one DML statement in its own transaction and returns how many
+// rows it changed.
+func (c *Client) update(ctx context.Context, tag string, stmt spanner.Statement) (int64, error) {
 	var n int64
-	for _, c := range counts {
-		n += c
+	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+		var err error
+		n, err = tx.Update(ctx, stmt)
+		return err
+	}, spanner.TransactionOptions{TransactionTag: tag})
+	return n, err
+}
+
+// forget drops an ended lease from the Client and wakes local waiters.
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.slot != lockSlot {
+		if c.permits[slotKey{l.name, l.slot}] == l {
+			delete(c.permits, slotKey{l.name, l.slot})
+		}
+		return
 	}
-	return n
+	if st := c.names[l.name]; st != nil && st.held == l {
+		st.held = nil
+		c.settle(l.name, st)
+	}
 }
 
 // state returns the state of name, creating it.

@@ -74,20 +74,31 @@ func (c *Client) acquireSlot(ctx context.Context, name string, p slotPolicy, cfg
 }
 
 // acquireSlotOnce runs one transaction that takes the lowest free slot of a
-// semaphore or worker pool. When none is free it returns errHeld and the
-// state it read.
+// semaphore or worker pool, and once more if it found this Client's session
+// gone. When no slot is free it returns errHeld and the state it read.
 func (c *Client) acquireSlotOnce(ctx context.Context, name string, p slotPolicy, cfg acquireConfig) (*Lease, semaphoreState, error) {
+	l, st, err := c.acquireSlotIn(ctx, c.currentSession(), name, p, cfg)
+	var gone errSessionGone
+	if errors.As(err, &gone) {
+		c.endSession(gone.s, "its session expired in Spanner")
+		l, st, err = c.acquireSlotIn(ctx, c.currentSession(), name, p, cfg)
+	}
+	return l, st, err
+}
+
+func (c *Client) acquireSlotIn(ctx context.Context, sess *session, name string, p slotPolicy, cfg acquireConfig) (*Lease, semaphoreState, error) {
 	var (
 		sent      time.Time
 		slot      int64
 		token     int64
 		wrote     bool
+		creating  bool
 		blocked   semaphoreState
 		notBefore time.Time
 	)
 	resp, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		sent, wrote, notBefore = time.Now(), false, time.Time{}
-		s, err := readSemaphore(ctx, tx, c.sql, name)
+		sent, wrote, creating, notBefore, slot = time.Now(), false, false, time.Time{}, 0
+		s, err := readSemaphore(ctx, tx, c.sql, name, sess.id)
 		if err != nil {
 			return err
 		}
@@ -124,23 +135,26 @@ func (c *Client) acquireSlotOnce(ctx context.Context, name string, p slotPolicy,
 			blocked = s
 			return errHeld
 		}
+		if creating, err = c.joinSession(tx, sess, s.self, sent); err != nil {
+			return err
+		}
 		for used[slot] {
 			slot++
 		}
-		// This holder may use the slot until its local deadline, by its own
-		// wall clock; a worker ID's next holder waits past that moment.
-		highWater := c.deadlineFrom(sent)
-		if previous := s.slot(slot); previous.highWater.Valid {
-			notBefore = previous.highWater.Time
-			highWater = latest(highWater, notBefore)
+		// A worker ID's next holder waits until its wall clock passes the
+		// moment the previous holder stopped using it.
+		notBefore = s.slot(slot).notBefore()
+		highWater := c.wallDeadlineFrom(sent)
+		if notBefore.After(highWater) {
+			highWater = notBefore
 		}
-		token = s.next
+		token = s.next.Int64
 		wrote = true
 		return tx.BufferWrite([]*spanner.Mutation{
 			spanner.Update(c.sql.table, []string{"name", "token"}, []any{name, token + 1}),
 			spanner.InsertOrUpdate(c.sql.permits,
 				[]string{"name", "slot", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload", "high_water"},
-				[]any{name, slot, token, c.cfg.holderID, c.session, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload, highWater}),
+				[]any{name, slot, token, c.cfg.holderID, sess.id, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload, highWater}),
 		})
 	}, spanner.TransactionOptions{TransactionTag: "spannerlock-acquire-permit"})
 
@@ -153,14 +167,17 @@ func (c *Client) acquireSlotOnce(ctx context.Context, name string, p slotPolicy,
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ttl/2)
 		defer cancel()
 		r, rerr := readPermitRow(rctx, c.db.Single(), c.sql, name, slot)
-		if rerr != nil || !r.heldBy(c.session, token) {
+		if rerr != nil || !r.heldBy(sess.id, token) {
 			return nil, semaphoreState{}, c.explain(err)
 		}
 		acquiredAt = r.acquired.Time
 	case err != nil:
 		return nil, semaphoreState{}, c.explain(err)
 	}
-	l := newLease(c, name, slot, token, cfg.payload, acquiredAt, sent)
+	if creating {
+		sess.extend(sent, true)
+	}
+	l := newLease(sess, name, slot, token, cfg.payload, acquiredAt)
 	l.notBefore = notBefore
 	return l, semaphoreState{}, nil
 }
@@ -179,12 +196,10 @@ func (c *Client) finishSlot(l *Lease, err error) (*Lease, error) {
 	}
 	c.mu.Unlock()
 	if closed {
-		l.end(ErrClosed)
-		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
-		defer cancel()
-		_, _ = c.releaseLeases(ctx, []*Lease{l})
+		c.giveBack(l)
 		return nil, ErrClosed
 	}
+	l.checkSession()
 	return l, nil
 }
 
@@ -207,7 +222,7 @@ func (w *waiter) untilSlotFree(ctx context.Context, s semaphoreState, p slotPoli
 			return err
 		}
 		var err error
-		s, err = readSemaphore(ctx, w.c.db.Single(), w.c.sql, w.name)
+		s, err = readSemaphore(ctx, w.c.db.Single(), w.c.sql, w.name, "")
 		switch {
 		case err != nil && ctx.Err() == nil && transient(err):
 			w.c.log.Warn("polling a semaphore failed; retrying", "name", w.name, "err", err)

@@ -54,17 +54,12 @@ func (c *Client) RunOnce(ctx context.Context, job string, slot time.Time, fn fun
 func (l *Lease) complete(ctx context.Context) error {
 	l.releasing.Lock()
 	defer l.releasing.Unlock()
-	var n int64
-	_, err := l.c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		var err error
-		n, err = tx.Update(ctx, spanner.Statement{SQL: l.c.sql.complete, Params: map[string]any{
-			"name": l.name, "token": l.token, "session": l.c.session,
-		}})
-		return err
-	}, spanner.TransactionOptions{TransactionTag: "spannerlock-complete"})
+	n, err := l.c.update(ctx, "spannerlock-complete", spanner.Statement{SQL: l.c.sql.complete, Params: map[string]any{
+		"name": l.name, "token": l.token, "session": l.sess.id,
+	}})
 	if err != nil {
 		// As with Release: an unknown outcome is read, not guessed.
-		r, rerr := readRow(ctx, l.c.db.Single(), l.c.sql, l.name)
+		r, rerr := readRow(ctx, l.c.db.Single(), l.c.sql, l.name, "")
 		if rerr != nil || !r.completed {
 			return fmt.Errorf("lease: recording %q as done: %w", l.name, l.c.explain(err))
 		}

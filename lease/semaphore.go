@@ -41,7 +41,7 @@ func (c *Client) SetPermits(ctx context.Context, name string, n int64) error {
 		return fmt.Errorf("lease: SetPermits %q: permits must be at least 1, got %d", name, n)
 	}
 	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		s, err := readSemaphore(ctx, tx, c.sql, name)
+		s, err := readSemaphore(ctx, tx, c.sql, name, "")
 		switch {
 		case err != nil:
 			return err
@@ -66,7 +66,7 @@ func (c *Client) SetPermits(ctx context.Context, name string, n int64) error {
 // semaphore's token counter is kept, so declaring it again continues it.
 func (c *Client) Undeclare(ctx context.Context, name string) error {
 	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		s, err := readSemaphore(ctx, tx, c.sql, name)
+		s, err := readSemaphore(ctx, tx, c.sql, name, "")
 		if err != nil || !s.found || s.kind.StringVal != kindSemaphore {
 			return err
 		}
@@ -84,7 +84,7 @@ func (c *Client) Semaphore(ctx context.Context, name string) (Semaphore, error) 
 	if err := validateName("semaphore name", name); err != nil {
 		return Semaphore{}, fmt.Errorf("lease: Semaphore: %w", err)
 	}
-	s, err := readSemaphore(ctx, c.db.Single(), c.sql, name)
+	s, err := readSemaphore(ctx, c.db.Single(), c.sql, name, "")
 	if err != nil {
 		return Semaphore{}, c.explain(err)
 	}
@@ -107,8 +107,10 @@ type semaphoreState struct {
 	kind    spanner.NullString
 	permits spanner.NullInt64
 	// next is the token the next permit gets.
-	next  int64
+	next  spanner.NullInt64
 	slots []row
+	// self is whether the reader's session is live (NULL: no row).
+	self spanner.NullBool
 }
 
 func (s semaphoreState) declared() error {
@@ -139,7 +141,7 @@ func (s semaphoreState) slot(n int64) row {
 	return row{}
 }
 
-// soonest is how long until the first live permit expires, 0 if none is live.
+// soonest returns the live permit that expires first.
 func (s semaphoreState) soonest() row {
 	var first row
 	for _, r := range s.live() {
@@ -150,24 +152,40 @@ func (s semaphoreState) soonest() row {
 	return first
 }
 
-func readSemaphore(ctx context.Context, q querier, sql statements, name string) (semaphoreState, error) {
+// slotRow is one element of selectSemaphore's slots array.
+type slotRow struct {
+	Slot             int64              `spanner:"slot"`
+	Token            int64              `spanner:"token"`
+	HolderID         spanner.NullString `spanner:"holder_id"`
+	SessionID        spanner.NullString `spanner:"session_id"`
+	AcquiredAt       spanner.NullTime   `spanner:"acquired_at"`
+	RenewedAt        spanner.NullTime   `spanner:"renewed_at"`
+	ExpiresAt        spanner.NullTime   `spanner:"expires_at"`
+	Live             bool               `spanner:"live"`
+	Payload          []byte             `spanner:"payload"`
+	HighWater        spanner.NullTime   `spanner:"high_water"`
+	SessionHighWater spanner.NullTime   `spanner:"session_high_water"`
+}
+
+// readSemaphore reads a semaphore or worker pool; self names the reader's
+// session ("" for none).
+func readSemaphore(ctx context.Context, q querier, sql statements, name, self string) (semaphoreState, error) {
 	s := semaphoreState{name: name}
-	err := q.Query(ctx, spanner.Statement{SQL: sql.selectSemaphore, Params: map[string]any{"name": name}}).Do(func(sr *spanner.Row) error {
-		s.found = true
+	err := q.Query(ctx, spanner.Statement{SQL: sql.selectSemaphore, Params: map[string]any{"name": name, "self": self}}).Do(func(sr *spanner.Row) error {
 		var (
-			r        row
-			slot     spanner.NullInt64
-			name     spanner.NullString
-			token    spanner.NullInt64
-			liveness spanner.NullBool
+			slots []*slotRow
+			now   time.Time
 		)
-		fields := []any{&s.kind, &s.permits, &s.next, &name, &token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &liveness, &r.payload, &r.now, &slot, &r.highWater}
-		if err := sr.Columns(fields...); err != nil {
+		if err := sr.Columns(&s.found, &s.kind, &s.permits, &s.next, &slots, &now, &s.self); err != nil {
 			return err
 		}
-		if slot.Valid {
-			r.found, r.name, r.slot, r.token, r.live = true, name.StringVal, slot.Int64, token.Int64, liveness.Bool
-			s.slots = append(s.slots, r)
+		for _, p := range slots {
+			s.slots = append(s.slots, row{
+				name: name, slot: p.Slot, found: true, token: spanner.NullInt64{Int64: p.Token, Valid: true},
+				holderID: p.HolderID, sessionID: p.SessionID, acquired: p.AcquiredAt, renewed: p.RenewedAt,
+				expires: p.ExpiresAt, live: p.Live, payload: p.Payload, now: now,
+				highWater: p.HighWater, sessionHighWater: p.SessionHighWater,
+			})
 		}
 		return nil
 	})
@@ -182,11 +200,4 @@ func describeKind(kind spanner.NullString) string {
 		return "a worker-ID pool"
 	}
 	return "a lock"
-}
-
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

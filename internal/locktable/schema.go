@@ -35,8 +35,8 @@ type Table struct {
 	Key     []string
 	// Parent is the table this one is interleaved in, "" for a top-level table.
 	Parent string
-	// RowDeletionPolicy is the live policy expression; definitions leave it
-	// empty because the policy is an option (Options.CleanupAfter).
+	// RowDeletionPolicy is the policy expression. For the lock table itself
+	// definitions leave it empty: that policy is an option (CleanupAfter).
 	RowDeletionPolicy string
 }
 
@@ -101,6 +101,26 @@ var versions = [][]change{
 		setDefault("token", firstToken),
 	},
 	3: {
+		// A lease lives as long as the session of the Client holding it: one
+		// row per Client, renewed once per interval for all its leases.
+		createTable(func(table string) Table {
+			return Table{
+				Name: table + sessionsSuffix,
+				Columns: []Column{
+					{Name: "session_id", Type: "STRING(64)", NotNull: true},
+					{Name: "holder_id", Type: "STRING(1024)"},
+					{Name: "ttl_ms", Type: "INT64", NotNull: true},
+					{Name: "renewed_at", Type: "TIMESTAMP", NotNull: true, CommitTimestamp: true},
+					// high_water is, by the holder's wall clock, the latest
+					// moment its worker IDs may have been used.
+					{Name: "high_water", Type: "TIMESTAMP"},
+				},
+				Key: []string{"session_id"},
+				// A live session is renewed every TTL/3 and TTLs are at most a
+				// day, so only dead sessions are ever this old.
+				RowDeletionPolicy: "OLDER_THAN(renewed_at, INTERVAL 2 DAY)",
+			}
+		}),
 		addColumns(
 			// kind is NULL for a lock, "semaphore" or "workers" for the
 			// parent row of a semaphore or a worker-ID pool, whose token is
@@ -128,8 +148,9 @@ var versions = [][]change{
 					{Name: "renewed_at", Type: "TIMESTAMP", CommitTimestamp: true},
 					{Name: "payload", Type: "BYTES(MAX)"},
 					// high_water is, by the holder's wall clock, the latest
-					// moment it may have used the slot; a worker ID's next
-					// holder waits past it so IDs never go back in time.
+					// moment it may have used the slot, as of its acquisition
+					// or release; a worker ID's next holder waits past it (or
+					// past its session's) so IDs never go back in time.
 					{Name: "high_water", Type: "TIMESTAMP"},
 				},
 				Key: []string{"name", "slot"},
@@ -138,11 +159,17 @@ var versions = [][]change{
 	},
 }
 
-// permitsSuffix names the table of semaphore permits and worker IDs.
-const permitsSuffix = "_permits"
+// The suffixes of the companion tables of a lock table.
+const (
+	permitsSuffix  = "_permits"
+	sessionsSuffix = "_sessions"
+)
 
-// PermitsTable returns the name of the permits table of a lock table.
+// PermitsTable returns the name of the table of semaphore permits and worker IDs.
 func PermitsTable(table string) string { return table + permitsSuffix }
+
+// SessionsTable returns the name of the table of Client sessions.
+func SessionsTable(table string) string { return table + sessionsSuffix }
 
 func addColumns(cols ...Column) change {
 	return func(s *Schema, _ string) {

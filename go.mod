@@ -4,11 +4,13 @@ go 1.26
 
 require (
 	cloud.google.com/go/spanner v1.87.0
+	github.com/bwmarrin/snowflake v0.3.0
 	github.com/hashicorp/terraform-plugin-framework v1.19.0
 	github.com/hashicorp/terraform-plugin-framework-timeouts v0.7.0
 	github.com/hashicorp/terraform-plugin-framework-validators v0.19.0
 	github.com/hashicorp/terraform-plugin-go v0.31.0
 	github.com/hashicorp/terraform-plugin-testing v1.16.0
+	github.com/sony/sonyflake v1.2.0
 	golang.org/x/oauth2 v0.34.0
 	google.golang.org/api v0.256.0
 	google.golang.org/grpc v1.79.3

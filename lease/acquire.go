@@ -37,7 +37,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: Acquire: %w", err)
 	}
-	cfg := newAcquireConfig(opts)
+	return c.acquire(ctx, name, newAcquireConfig(opts))
+}
+
+func (c *Client) acquire(ctx context.Context, name string, cfg acquireConfig) (*Lease, error) {
 	w := waiter{c: c, name: name}
 	for {
 		busy, err := c.reserve(name)
@@ -59,7 +62,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 			return nil, fmt.Errorf("lease: Acquire %q: %w", name, ctx.Err())
 		case errors.Is(err, ErrNotAcquired):
 			err = w.untilFree(ctx, holder)
-		case errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrClosed), errors.Is(err, errCompleted):
 		case transient(err):
 			c.log.Warn("acquire failed; retrying", "name", name, "err", err)
 			err = w.sleep(ctx, nil, 0)
@@ -70,45 +73,68 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	}
 }
 
-// errHeld rolls back an acquiring transaction that found a live holder.
-var errHeld = errors.New("held")
+// errHeld rolls back an acquiring transaction that found a live holder, and
+// errCompleted one that found its RunOnce slot already done.
+var (
+	errHeld      = errors.New("held")
+	errCompleted = errors.New("completed")
+)
 
 // acquireOnce runs the acquiring transaction once (the Spanner client retries
-// aborts). When the lease is held it returns the holder's row.
+// aborts), and once more if it found this Client's session gone. When the
+// lease is held it returns the holder's row.
 func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig) (*Lease, row, error) {
+	l, r, err := c.acquireLock(ctx, c.currentSession(), name, cfg)
+	var gone errSessionGone
+	if errors.As(err, &gone) {
+		c.endSession(gone.s, "its session expired in Spanner")
+		l, r, err = c.acquireLock(ctx, c.currentSession(), name, cfg)
+	}
+	return l, r, err
+}
+
+func (c *Client) acquireLock(ctx context.Context, s *session, name string, cfg acquireConfig) (*Lease, row, error) {
 	var (
-		sent    time.Time
-		token   int64
-		wrote   bool
-		blocker row
+		sent     time.Time
+		token    int64
+		wrote    bool
+		creating bool
+		blocker  row
 	)
 	resp, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		sent, wrote = time.Now(), false
-		r, err := readRow(ctx, tx, c.sql, name)
-		if err != nil {
+		sent, wrote, creating = time.Now(), false, false
+		r, err := readRow(ctx, tx, c.sql, name, s.id)
+		switch {
+		case err != nil:
 			return err
-		}
+		case r.kind.Valid:
+			return fmt.Errorf("lease: %q is %s, not a lock: choose another name", name, describeKind(r.kind))
+		case cfg.untilCompleted && r.completed:
+			return errCompleted
 		// A live row of this Client's session that reserve let us acquire is
 		// an orphan: an acquisition whose commit was never confirmed, or a
-		// lease presumed lost at its local deadline. Nothing uses it, so this
-		// acquisition supersedes it with a larger token.
-		if r.live && r.sessionID.StringVal != c.session {
+		// lease lost by Guard. Nothing uses it, so this acquisition
+		// supersedes it with a larger token.
+		case r.live && r.sessionID.StringVal != s.id:
 			blocker = r
 			return errHeld
+		}
+		if creating, err = c.joinSession(tx, s, r.self, sent); err != nil {
+			return err
 		}
 		if !r.found {
 			// The name's first row: the schema's default picks the token.
 			err := tx.Query(ctx, spanner.Statement{SQL: c.sql.insert, Params: map[string]any{
-				"name": name, "holder": c.cfg.holderID, "session": c.session, "ttl": c.cfg.ttl.Milliseconds(), "payload": cfg.payload,
+				"name": name, "holder": c.cfg.holderID, "session": s.id, "ttl": c.cfg.ttl.Milliseconds(), "payload": cfg.payload,
 			}}).Do(func(sr *spanner.Row) error { return sr.Column(0, &token) })
 			wrote = err == nil
 			return err
 		}
-		token = r.token + 1
+		token = r.token.Int64 + 1
 		wrote = true
 		return tx.BufferWrite([]*spanner.Mutation{spanner.Update(c.sql.table,
 			[]string{"name", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload"},
-			[]any{name, token, c.cfg.holderID, c.session, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload},
+			[]any{name, token, c.cfg.holderID, s.id, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload},
 		)})
 	}, spanner.TransactionOptions{TransactionTag: "spannerlock-acquire"})
 
@@ -121,8 +147,8 @@ func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig
 		// Commit): read the row rather than guess.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ttl/2)
 		defer cancel()
-		r, rerr := readRow(rctx, c.db.Single(), c.sql, name)
-		if rerr != nil || !r.heldBy(c.session, token) {
+		r, rerr := readRow(rctx, c.db.Single(), c.sql, name, "")
+		if rerr != nil || !r.heldBy(s.id, token) {
 			return nil, row{}, c.explain(err)
 		}
 		c.log.Info("acquisition committed despite an error", "name", name, "token", token, "err", err)
@@ -130,8 +156,11 @@ func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig
 	case err != nil:
 		return nil, row{}, c.explain(err)
 	}
+	if creating {
+		s.extend(sent, true)
+	}
 	c.log.Debug("acquired", "name", name, "token", token)
-	return newLease(c, name, token, cfg.payload, acquiredAt, sent), row{}, nil
+	return newLease(s, name, lockSlot, token, cfg.payload, acquiredAt), row{}, nil
 }
 
 // reserve claims name for one acquisition by this Client. It returns a
@@ -164,23 +193,13 @@ func (c *Client) finish(name string, l *Lease, err error) (*Lease, error) {
 	c.mu.Unlock()
 	if l != nil && closed {
 		// Close ran while the transaction was in flight: give the lease back.
-		l.end(ErrClosed)
-		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
-		defer cancel()
-		_, _ = c.releaseRows(ctx, []leaseKey{{Name: name, Token: l.token}})
+		c.giveBack(l)
 		return nil, ErrClosed
 	}
-	return l, err
-}
-
-// forget drops an ended lease from the Client and wakes local waiters.
-func (c *Client) forget(l *Lease) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st := c.names[l.name]; st != nil && st.held == l {
-		st.held = nil
-		c.settle(l.name, st)
+	if l != nil {
+		l.checkSession()
 	}
+	return l, err
 }
 
 // waiter paces one blocked acquisition.
@@ -199,14 +218,14 @@ func (w *waiter) untilFree(ctx context.Context, holder row) error {
 		if err := w.sleep(ctx, signal, holder.remaining()); err != nil || isClosed(signal) {
 			return err
 		}
-		r, err := readRow(ctx, w.c.db.Single(), w.c.sql, w.name)
+		r, err := readRow(ctx, w.c.db.Single(), w.c.sql, w.name, "")
 		switch {
 		case err != nil && ctx.Err() == nil && transient(err):
 			w.c.log.Warn("polling a held lease failed; retrying", "name", w.name, "err", err)
 			continue
 		case err != nil:
 			return w.c.explain(err)
-		case !r.live || r.sessionID.StringVal == w.c.session:
+		case !r.live || r.sessionID.StringVal == w.c.currentSession().id:
 			return nil
 		}
 		holder = r

@@ -19,11 +19,10 @@ import (
 // concurrent use. All leases a Client holds are renewed together, by one
 // transaction per renewal interval.
 type Client struct {
-	db      *spanner.Client
-	sql     statements
-	cfg     config
-	log     *slog.Logger
-	session string
+	db  *spanner.Client
+	sql statements
+	cfg config
+	log *slog.Logger
 	// signals is keyed by database and table so that Clients of one process
 	// sharing a table wake each other's waiters on release.
 	signalPrefix string
@@ -32,12 +31,20 @@ type Client struct {
 	background context.Context
 	stop       context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool
-	names   map[string]*nameState
+	mu     sync.Mutex
+	closed bool
+	// sess is the session new acquisitions join; see session.
+	sess  *session
+	names map[string]*nameState
+	// permits are the semaphore permits and worker IDs this Client holds.
+	permits map[slotKey]*Lease
 	keeping bool
-	kick    chan struct{}
 	keeper  sync.WaitGroup
+}
+
+type slotKey struct {
+	name string
+	slot int64
 }
 
 // nameState is what this Client is doing with one lease name. A Client runs
@@ -68,13 +75,13 @@ func NewClient(db *spanner.Client, table string, opts ...Option) (*Client, error
 		db:           db,
 		sql:          newStatements(table),
 		cfg:          cfg,
-		session:      randomHex(16),
 		signalPrefix: db.DatabaseName() + "\x00" + table + "\x00",
 		background:   background,
 		stop:         stop,
 		names:        map[string]*nameState{},
-		kick:         make(chan struct{}, 1),
+		permits:      map[slotKey]*Lease{},
 	}
+	c.sess = newSession(c)
 	c.log = cfg.logger.With("table", table, "holder_id", cfg.holderID)
 	return c, nil
 }
@@ -105,11 +112,8 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	var held []*Lease
+	held := c.leasesLocked()
 	for _, st := range c.names {
-		if st.held != nil {
-			held = append(held, st.held)
-		}
 		close(st.changed)
 		st.changed = make(chan struct{})
 	}
@@ -117,43 +121,87 @@ func (c *Client) Close() error {
 	c.stop()
 	c.keeper.Wait()
 
-	var keys []leaseKey
+	var ended []*Lease
 	for _, l := range held {
 		if l.end(ErrClosed) {
-			keys = append(keys, leaseKey{Name: l.name, Token: l.token})
+			ended = append(ended, l)
 		}
 	}
-	if len(keys) == 0 {
+	s := c.sess
+	created, _, _ := s.state()
+	s.end()
+	if !created {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
 	defer cancel()
-	_, err := c.releaseRows(ctx, keys)
-	for _, k := range keys {
-		announceRelease(c.signalPrefix + k.Name)
+	// Deleting the session releases every lock naming it at once. Permit
+	// rows are released one by one so worker IDs record when they were last
+	// used; a Client holds few of those.
+	releasedAt := time.Now()
+	var stmts []spanner.Statement
+	for _, l := range ended {
+		if l.slot != lockSlot && l.sess == s {
+			stmts = append(stmts, l.releaseStatement(releasedAt))
+		}
+	}
+	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+		if len(stmts) > 0 {
+			if _, err := tx.BatchUpdate(ctx, stmts); err != nil {
+				return err
+			}
+		}
+		return tx.BufferWrite([]*spanner.Mutation{spanner.Delete(c.sql.sessions, spanner.Key{s.id})})
+	}, spanner.TransactionOptions{TransactionTag: "spannerlock-close"})
+	for _, l := range ended {
+		announceRelease(c.signalPrefix + l.name)
 	}
 	if err != nil {
-		return fmt.Errorf("lease: Close: releasing %d leases (they expire within %s): %w", len(keys), c.cfg.ttl, c.explain(err))
+		return fmt.Errorf("lease: Close: releasing %d leases (they expire within %s): %w", len(ended), c.cfg.ttl, c.explain(err))
 	}
 	return nil
 }
 
-// releaseRows clears the session of the given leases if they are still live
-// and held by this Client, and returns how many it cleared.
-func (c *Client) releaseRows(ctx context.Context, keys []leaseKey) (int64, error) {
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		names[i] = k.Name
+// leasesLocked returns every lease the Client holds; c.mu is held.
+func (c *Client) leasesLocked() []*Lease {
+	var leases []*Lease
+	for _, st := range c.names {
+		if st.held != nil {
+			leases = append(leases, st.held)
+		}
 	}
+	for _, l := range c.permits {
+		leases = append(leases, l)
+	}
+	return leases
+}
+
+// update runs one DML statement in its own transaction and returns how many
+// rows it changed.
+func (c *Client) update(ctx context.Context, tag string, stmt spanner.Statement) (int64, error) {
 	var n int64
 	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
 		var err error
-		n, err = tx.Update(ctx, spanner.Statement{SQL: c.sql.release, Params: map[string]any{
-			"names": names, "leases": keys, "session": c.session,
-		}})
+		n, err = tx.Update(ctx, stmt)
 		return err
-	}, spanner.TransactionOptions{TransactionTag: "spannerlock-release"})
+	}, spanner.TransactionOptions{TransactionTag: tag})
 	return n, err
+}
+
+// forget drops an ended lease from the Client and wakes local waiters.
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.slot != lockSlot {
+		if c.permits[slotKey{l.name, l.slot}] == l {
+			delete(c.permits, slotKey{l.name, l.slot})
+		}
+		return
+	}
+	if st := c.names[l.name]; st != nil && st.held == l {
+		st.held = nil
+		c.settle(l.name, st)
+	}
 }
 
 // state returns the state of name, creating it.
@@ -193,10 +241,11 @@ func (c *Client) explain(err error) error {
 }
 
 // transient reports whether an error is worth retrying: the Spanner client
-// has already retried what it can, so these are outages, not mistakes.
+// has already retried what it can, so these are outages, not mistakes. Errors
+// that did not come from Spanner (ErrCode says Unknown for them) never are.
 func transient(err error) bool {
 	switch spanner.ErrCode(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal, codes.Unknown, codes.Canceled:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal:
 		return true
 	}
 	return false

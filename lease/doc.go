@@ -33,16 +33,21 @@
 // judges expiry by the holder's TTL, not its own.
 //
 // One transaction per acquisition. Acquiring a free or expired lease is one
-// read-write transaction (two RPCs). Releasing is one more. Renewal renews
-// every lease a Client holds in one transaction per renewal interval (two
-// RPCs per interval, whatever the number of leases), as a compare-and-set on
-// the Client's session and each lease's token; a lease the renewal does not
-// find live and unchanged is lost.
+// read-write transaction (two RPCs). Releasing is one more.
+//
+// One session per Client. Every lease a Client holds names its session, one
+// row that is renewed once per renewal interval for all of them: two RPCs
+// and one row written per interval, whatever the number of leases. The
+// renewal first reads, for every lease, whether its row still names the
+// session with the lease's token: a compare-and-set on holder and token; a
+// lease that fails it is lost. If the session itself expired in Spanner,
+// every lease of the Client is lost and the next acquisition starts a new
+// session, so a lease presumed lost never comes back to life.
 //
 // Loss before takeover. A lease's Context is cancelled when a renewal
-// confirms the lease is gone, and at its local deadline: the start of the
-// last confirmed renewal (or of the acquisition) plus TTL minus a safety
-// margin of TTL/10, on the monotonic clock. A Spanner commit timestamp is
+// confirms the lease is gone, and at its session's local deadline: the start
+// of the last confirmed renewal (or of the transaction that created the
+// session) plus TTL minus a safety margin of TTL/10, on the monotonic clock. A Spanner commit timestamp is
 // never earlier than the moment its transaction began, so the holder's
 // Context ends before any rival can acquire. The margin is the time the
 // holder has to stop work.
@@ -76,11 +81,32 @@
 //   - Release makes the lease acquirable at once. Release of a lease that was
 //     already lost returns an error matching ErrLeaseLost; a second Release
 //     returns nil.
-//   - Close releases every lease the Client holds and returns within the TTL
-//     (at most 5s) even when Spanner is unreachable; it does not close the
-//     spanner.Client.
+//   - Close releases every lease the Client holds, by deleting its session,
+//     and returns within the TTL (at most 5s) even when Spanner is
+//     unreachable; it does not close the spanner.Client.
 //   - Campaign runs a leader election that rejoins after a loss and calls its
 //     callbacks only on transitions; Observe reports changes of holder.
+//
+// # Semaphores, run-once jobs and worker IDs
+//
+//   - A semaphore's capacity is stored in the table (SetPermits, or the
+//     spannerlock_semaphore Terraform resource). AcquirePermit blocks and
+//     TryAcquirePermit fails with ErrNotAcquired when all permits are held;
+//     a permit is a *Lease with its own token, and tokens grow across all
+//     permits of a semaphore. Never more permits are live than the limit:
+//     lowering it takes nothing away, but grants nothing until fewer are
+//     held. A permit of a holder that dies is freed when its lease expires.
+//     An undeclared semaphore fails with ErrUnknownSemaphore.
+//   - RunOnce runs a job for one schedule slot on exactly one of the
+//     replicas that call it and records its success, so a late replica does
+//     not run it again; if the runner crashes, another takes over after its
+//     lease expires.
+//   - AcquireWorkerID leases a unique ID in [0, max) from a pool for
+//     Snowflake-style generators (package idgen adapts sony/sonyflake and
+//     bwmarrin/snowflake); a reacquired ID never goes back in time.
+//   - AcquirePermit and AcquireWorkerID return an error wrapping ctx.Err()
+//     when ctx ends, and Release of a permit or worker ID already lost returns
+//     an error matching ErrLeaseLost, as for locks.
 //
 // # Assumptions
 //

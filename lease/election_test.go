@@ -240,14 +240,14 @@ func TestObserveReportsHoldersAndVacancy(t *testing.T) {
 	}
 }
 
-// expireLease makes the current holder's lease expired on Spanner's clock,
-// as if it had stopped renewing a TTL ago.
+// expireLease makes the current holder's session, and so its lease, expired
+// on Spanner's clock, as if it had stopped renewing a TTL ago.
 func expireLease(t *testing.T, ctx context.Context, db, name string) {
 	t.Helper()
 	sc := emulator.Client(t, db)
 	_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 		_, err := txn.Update(ctx, spanner.Statement{
-			SQL:    "UPDATE locks SET ttl_ms = 0 WHERE name = @name",
+			SQL:    "UPDATE locks_sessions SET ttl_ms = 0 WHERE session_id = (SELECT session_id FROM locks WHERE name = @name)",
 			Params: map[string]any{"name": name},
 		})
 		return err

@@ -121,16 +121,20 @@ func TestGuardRejectsALostLease(t *testing.T) {
 }
 
 // stealLease does to the row what a rival's acquisition does after the
-// holder's lease expired: a new session and the next token.
+// holder's lease expired: the next token, under the rival's live session.
 func stealLease(t *testing.T, ctx context.Context, db, name string) {
 	t.Helper()
 	sc := emulator.Client(t, db)
 	_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 		_, err := txn.Update(ctx, spanner.Statement{
-			SQL:    "UPDATE locks SET token = token + 1, session_id = 'thief', holder_id = 'thief', ttl_ms = 60000, renewed_at = PENDING_COMMIT_TIMESTAMP() WHERE name = @name",
+			SQL:    "UPDATE locks SET token = token + 1, session_id = 'thief', holder_id = 'thief' WHERE name = @name",
 			Params: map[string]any{"name": name},
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		return txn.BufferWrite([]*spanner.Mutation{spanner.InsertOrUpdate("locks_sessions",
+			[]string{"session_id", "holder_id", "ttl_ms", "renewed_at"}, []any{"thief", "thief", 60000, spanner.CommitTimestamp})})
 	})
 	fatalIf(t, err, "steal %s", name)
 }

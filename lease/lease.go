@@ -13,11 +13,17 @@ import (
 // Lease is one held acquisition of a named lease. Its Context ends when the
 // lease is lost, released, or its Client closes.
 type Lease struct {
-	c          *Client
-	name       string
+	c    *Client
+	sess *session
+	name string
+	// slot is the permit's slot (a worker ID) for semaphores and worker
+	// pools, lockSlot for a lock.
+	slot       int64
 	token      int64
 	payload    []byte
 	acquiredAt time.Time
+	// notBefore is, for a worker ID, when its previous holder stopped using it.
+	notBefore time.Time
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -26,31 +32,15 @@ type Lease struct {
 	// the outcome of the first instead of racing it to the row.
 	releasing sync.Mutex
 
-	mu       sync.Mutex
-	state    leaseState
-	deadline time.Time // monotonic; the lease is presumed lost from here on
-	timer    *time.Timer
+	mu    sync.Mutex
+	ended bool
 	// lossReported makes only the first Release of a lost lease return ErrLeaseLost.
 	lossReported bool
 }
 
-type leaseState int
-
-const (
-	held      leaseState = iota
-	inRelease            // Release is running; renewals continue until it commits
-	ended                // released, lost or closed; the Context is done
-)
-
-// newLease starts the lease's local deadline from the moment its acquiring
-// transaction began: Spanner's commit timestamp is no earlier than that, so
-// the lease cannot expire on Spanner's clock before the local deadline.
-func newLease(c *Client, name string, token int64, payload []byte, acquiredAt, sent time.Time) *Lease {
+func newLease(s *session, name string, slot, token int64, payload []byte, acquiredAt time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{c: c, name: name, token: token, payload: payload, acquiredAt: acquiredAt, ctx: ctx, cancel: cancel}
-	l.deadline = sent.Add(c.cfg.ttl - c.cfg.safetyMargin())
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
-	return l
+	return &Lease{c: s.c, sess: s, name: name, slot: slot, token: token, payload: payload, acquiredAt: acquiredAt, ctx: ctx, cancel: cancel}
 }
 
 // Name returns the lease's name.
@@ -76,38 +66,8 @@ func (l *Lease) Context() context.Context { return l.ctx }
 
 // Deadline returns when the lease will be presumed lost unless renewed.
 func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}
-
-func (l *Lease) checkDeadline() {
-	l.mu.Lock()
-	if l.state == ended {
-		l.mu.Unlock()
-		return
-	}
-	if wait := time.Until(l.deadline); wait > 0 {
-		// A renewal moved the deadline after this timer fired.
-		l.timer.Reset(wait)
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Unlock()
-	l.lose("no renewal was confirmed before the local deadline")
-}
-
-// confirm extends the lease after a renewal that began at sent committed.
-func (l *Lease) confirm(sent time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state == ended {
-		return
-	}
-	if d := sent.Add(l.c.cfg.ttl - l.c.cfg.safetyMargin()); d.After(l.deadline) {
-		l.deadline = d
-		l.timer.Reset(time.Until(d))
-	}
+	_, _, d := l.sess.state()
+	return d
 }
 
 // lose ends a lease whose ownership is gone.
@@ -118,16 +78,15 @@ func (l *Lease) lose(why string) {
 	}
 }
 
-// end moves the lease to ended with the given cause, once; it reports
-// whether this call did it.
+// end cancels the lease's Context with cause, once; it reports whether this
+// call did it.
 func (l *Lease) end(cause error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state == ended {
+	if l.ended {
 		return false
 	}
-	l.state = ended
-	l.timer.Stop()
+	l.ended = true
 	l.cancel(cause)
 	return true
 }
@@ -141,8 +100,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.releasing.Lock()
 	defer l.releasing.Unlock()
 	l.mu.Lock()
-	switch l.state {
-	case ended:
+	if l.ended {
 		cause := context.Cause(l.ctx)
 		report := !l.lossReported && errors.Is(cause, ErrLeaseLost)
 		l.lossReported = true
@@ -151,53 +109,95 @@ func (l *Lease) Release(ctx context.Context) error {
 			return fmt.Errorf("lease: Release: %w", cause)
 		}
 		return nil
-	case held:
-		l.state = inRelease
 	}
 	l.mu.Unlock()
 
-	n, err := l.c.releaseRows(ctx, []leaseKey{{Name: l.name, Token: l.token}})
+	stmt := l.releaseStatement(time.Now())
+	n, err := l.c.update(ctx, "spannerlock-release", stmt)
 	if err != nil {
 		// The commit may have happened: ask Spanner rather than guess.
-		r, rerr := readRow(context.WithoutCancel(ctx), l.c.db.Single(), l.c.sql, l.name)
-		if rerr != nil || r.heldBy(l.c.session, l.token) {
+		r, rerr := l.read(context.WithoutCancel(ctx), l.c.db.Single())
+		if rerr != nil || r.heldBy(l.sess.id, l.token) {
 			return fmt.Errorf("lease: Release %q: %w", l.name, l.c.explain(err))
 		}
 		n = 1
 	}
-	if n == 0 {
-		l.end(lostError(l.name, l.token, "it expired or was taken before Release"))
+	return l.settle(n == 1, ErrReleased, "Release")
+}
+
+// releaseStatement clears the lease's row if it is still the lease's; for a
+// worker ID, releasedAt (this process's wall clock) becomes the high-water
+// mark the next holder waits past.
+func (l *Lease) releaseStatement(releasedAt time.Time) spanner.Statement {
+	params := map[string]any{"name": l.name, "token": l.token, "session": l.sess.id}
+	if l.slot == lockSlot {
+		return spanner.Statement{SQL: l.c.sql.release, Params: params}
+	}
+	params["slot"], params["high_water"] = l.slot, releasedAt.Round(0)
+	return spanner.Statement{SQL: l.c.sql.releasePermit, Params: params}
+}
+
+// settle ends the lease after a release-like transaction: with cause when it
+// cleared the row, as lost when the row was no longer the lease's.
+func (l *Lease) settle(cleared bool, cause error, op string) error {
+	if !cleared {
+		l.end(lostError(l.name, l.token, "it expired or was taken before "+op))
 		l.c.forget(l)
 		l.mu.Lock()
 		l.lossReported = true
 		l.mu.Unlock()
-		return fmt.Errorf("lease: Release: %w", context.Cause(l.ctx))
+		return fmt.Errorf("lease: %s: %w", op, context.Cause(l.ctx))
 	}
-	l.end(ErrReleased)
+	l.end(cause)
 	l.c.forget(l)
 	announceRelease(l.c.signalPrefix + l.name)
 	return nil
 }
 
+// read reads the lease's row: its lock row, or its permit row.
+func (l *Lease) read(ctx context.Context, q querier) (row, error) {
+	if l.slot == lockSlot {
+		return readRow(ctx, q, l.c.sql, l.name, "")
+	}
+	return readPermitRow(ctx, q, l.c.sql, l.name, l.slot)
+}
+
 // Guard checks, inside the caller's read-write transaction, that this lease
-// is still held with its token: it reads the lease row in txn, so Spanner
-// judges holder, token and expiry on its own clock, and the transaction
-// cannot commit if another holder acquires the lease after the read. Run the
-// transaction under l.Context() and return Guard's error from it. Guard
-// returns an error matching ErrLeaseLost when the lease is no longer held.
+// is still held with its token: it reads the lease row and its holder's
+// session in txn, so Spanner judges holder, token and expiry on its own
+// clock, and the transaction cannot commit if another holder acquires the
+// lease after the read. Run the transaction under l.Context() and return
+// Guard's error from it. Guard returns an error matching ErrLeaseLost when
+// the lease is no longer held.
 func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 	if err := context.Cause(l.ctx); err != nil {
 		return fmt.Errorf("lease: Guard: %w", err)
 	}
-	r, err := readRow(ctx, txn, l.c.sql, l.name)
+	r, err := l.read(ctx, txn)
 	if err != nil {
 		return l.c.explain(err)
 	}
-	if !r.heldBy(l.c.session, l.token) {
+	if !r.heldBy(l.sess.id, l.token) {
 		// Tokens only grow and expiry is final, so what this snapshot shows
 		// holds from now on: the lease is gone for good.
 		l.lose("Guard found it expired or held by another")
 		return fmt.Errorf("lease: Guard: %w", context.Cause(l.ctx))
 	}
 	return nil
+}
+
+// checkSession loses a lease whose session ended while it was acquired, so
+// that no lease outlives its session.
+func (l *Lease) checkSession() {
+	if _, ended, _ := l.sess.state(); ended {
+		l.lose("its session ended while it was acquired")
+	}
+}
+
+// giveBack releases a lease acquired after its Client closed.
+func (c *Client) giveBack(l *Lease) {
+	l.end(ErrClosed)
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
+	defer cancel()
+	_, _ = c.update(ctx, "spannerlock-release", l.releaseStatement(time.Now()))
 }

@@ -81,6 +81,7 @@ func TestTransientRenewalErrorsAreRetried(t *testing.T) {
 const (
 	holderProcessEnv = "LEASE_TEST_HOLDER_DB"
 	holderTTLEnv     = "LEASE_TEST_HOLDER_TTL"
+	holderRunOnceEnv = "LEASE_TEST_HOLDER_RUNONCE_SLOT"
 )
 
 // runHolderProcess is a separate process that acquires a lease, reports its
@@ -102,6 +103,16 @@ func runHolderProcess() {
 		fmt.Println("error:", err)
 		os.Exit(2)
 	}
+	if slot := os.Getenv(holderRunOnceEnv); slot != "" {
+		// A replica that crashes in the middle of the job.
+		at, _ := time.Parse(time.RFC3339, slot)
+		_, err := c.RunOnce(ctx, "report", at, func(context.Context) error {
+			fmt.Println("running")
+			select {}
+		})
+		fmt.Println("error:", err)
+		os.Exit(2)
+	}
 	l, err := c.TryAcquire(ctx, "job")
 	if err != nil {
 		fmt.Println("error:", err)
@@ -111,25 +122,33 @@ func runHolderProcess() {
 	select {}
 }
 
-func TestTakeoverAfterTheHolderCrashes(t *testing.T) {
-	ctx := emulator.Context(t)
-	db := newDatabase(t)
-	ttl := 2 * time.Second
-	e := emulator.Shared(t)
-
+// startHolderProcess runs runHolderProcess in a child process with extra
+// environment, returns it with the first line it prints, and kills it at the
+// end of the test.
+func startHolderProcess(t *testing.T, db string, ttl time.Duration, env ...string) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), e.Env()...)
+	cmd.Env = append(os.Environ(), emulator.Shared(t).Env()...)
 	cmd.Env = append(cmd.Env, holderProcessEnv+"="+db, holderTTLEnv+"="+ttl.String())
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	fatalIf(t, err, "pipe")
 	fatalIf(t, cmd.Start(), "start holder process")
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
-	fatalIf(t, err, "read holder's token")
+	fatalIf(t, err, "read the holder process's first line")
+	return cmd, strings.TrimSpace(line)
+}
+
+func TestTakeoverAfterTheHolderCrashes(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	ttl := 2 * time.Second
+	cmd, line := startHolderProcess(t, db, ttl)
 	if !strings.HasPrefix(line, "token ") {
 		t.Fatalf("holder process said %q", line)
 	}
-	token, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, "token ")), 10, 64)
+	token, err := strconv.ParseInt(strings.TrimPrefix(line, "token "), 10, 64)
 	fatalIf(t, err, "parse token")
 
 	// Wait for a renewal, so the takeover below depends on renewals stopping.

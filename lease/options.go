@@ -128,6 +128,9 @@ type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
 	payload []byte
+	// untilCompleted makes acquisition stop with errCompleted at a RunOnce
+	// slot that already succeeded.
+	untilCompleted bool
 }
 
 // WithPayload stores data with the lease, readable by anyone through Holder

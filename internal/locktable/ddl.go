@@ -63,6 +63,9 @@ func createStatement(t Table) string {
 	if t.Parent != "" {
 		fmt.Fprintf(&b, ",\n  INTERLEAVE IN PARENT %s ON DELETE CASCADE", Quote(t.Parent))
 	}
+	if t.RowDeletionPolicy != "" {
+		fmt.Fprintf(&b, ",\n  ROW DELETION POLICY (%s)", t.RowDeletionPolicy)
+	}
 	return b.String()
 }
 

@@ -145,6 +145,17 @@ func compareTable(lt, wt Table) []Diff {
 		d.Advice = "interleaving cannot change in place: create a new table and point spannerlock at it"
 		diffs = append(diffs, d)
 	}
+	if wt.RowDeletionPolicy != "" && normalizeExpression(lt.RowDeletionPolicy) != normalizeExpression(wt.RowDeletionPolicy) {
+		verb := "REPLACE"
+		if lt.RowDeletionPolicy == "" {
+			verb = "ADD"
+		}
+		diffs = append(diffs, Diff{
+			Table:   wt.Name,
+			Problem: fmt.Sprintf("table %s has row deletion policy %q, expected %q", wt.Name, lt.RowDeletionPolicy, wt.RowDeletionPolicy),
+			Fix:     fmt.Sprintf("ALTER TABLE %s %s ROW DELETION POLICY (%s)", Quote(wt.Name), verb, wt.RowDeletionPolicy),
+		})
+	}
 	for _, wc := range wt.Columns {
 		lc, ok := lt.Column(wc.Name)
 		if !ok {

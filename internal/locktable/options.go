@@ -10,10 +10,10 @@ import (
 
 // Options are the settings of a lock table beside its schema version.
 type Options struct {
-	// CleanupAfter, when positive, has Spanner delete rows whose lease was
-	// last renewed longer ago than this (a whole number of days). A live
-	// lease is renewed at least every TTL/3 and TTLs are at most a day, so a
-	// live lease is never deleted. Deleting a row would lose its token
+	// CleanupAfter, when positive, has Spanner delete lock rows whose
+	// renewed_at is older than this (a whole number of days). The runtime
+	// stamps the row of every lock it holds at least hourly, so a held lock
+	// is never deleted. Deleting a row would lose its token
 	// counter, so cleanup also makes a name's first token the commit time in
 	// microseconds: a name whose row was deleted resumes above every token it
 	// had, because tokens grow by one per acquisition, far slower than that

@@ -35,8 +35,8 @@ type Table struct {
 	Key     []string
 	// Parent is the table this one is interleaved in, "" for a top-level table.
 	Parent string
-	// RowDeletionPolicy is the live policy expression; definitions leave it
-	// empty because the policy is an option (Options.CleanupAfter).
+	// RowDeletionPolicy is the policy expression. For the lock table itself
+	// definitions leave it empty: that policy is an option (CleanupAfter).
 	RowDeletionPolicy string
 }
 
@@ -100,6 +100,81 @@ var versions = [][]change{
 		// once cleanup may delete rows (see Options.CleanupAfter).
 		setDefault("token", firstToken),
 	},
+	3: {
+		// A lease lives as long as the session of the Client holding it: one
+		// row per Client, renewed once per interval for all its leases.
+		createTable(func(table string) Table {
+			return Table{
+				Name: table + sessionsSuffix,
+				Columns: []Column{
+					{Name: "session_id", Type: "STRING(64)", NotNull: true},
+					{Name: "holder_id", Type: "STRING(1024)"},
+					{Name: "ttl_ms", Type: "INT64", NotNull: true},
+					{Name: "renewed_at", Type: "TIMESTAMP", NotNull: true, CommitTimestamp: true},
+					// high_water is, by the holder's wall clock, the latest
+					// moment its worker IDs may have been used.
+					{Name: "high_water", Type: "TIMESTAMP"},
+				},
+				Key: []string{"session_id"},
+				// A live session is renewed every TTL/3 and TTLs are at most a
+				// day, so only dead sessions are ever this old.
+				RowDeletionPolicy: "OLDER_THAN(renewed_at, INTERVAL 2 DAY)",
+			}
+		}),
+		addColumns(
+			// kind is NULL for a lock, "semaphore" or "workers" for the
+			// parent row of a semaphore or a worker-ID pool, whose token is
+			// the next permit token.
+			Column{Name: "kind", Type: "STRING(16)"},
+			// permits is a semaphore's capacity; NULL when not declared.
+			Column{Name: "permits", Type: "INT64"},
+			// completed_at records that a RunOnce slot succeeded.
+			Column{Name: "completed_at", Type: "TIMESTAMP", CommitTimestamp: true},
+		),
+		createTable(func(table string) Table {
+			return Table{
+				Name:   table + permitsSuffix,
+				Parent: table,
+				Columns: []Column{
+					{Name: "name", Type: "STRING(1024)", NotNull: true},
+					// slot numbers the permits of one semaphore; for a worker
+					// pool it is the worker ID.
+					{Name: "slot", Type: "INT64", NotNull: true},
+					{Name: "token", Type: "INT64", NotNull: true},
+					{Name: "holder_id", Type: "STRING(1024)"},
+					{Name: "session_id", Type: "STRING(64)"},
+					{Name: "ttl_ms", Type: "INT64"},
+					{Name: "acquired_at", Type: "TIMESTAMP", CommitTimestamp: true},
+					{Name: "renewed_at", Type: "TIMESTAMP", CommitTimestamp: true},
+					{Name: "payload", Type: "BYTES(MAX)"},
+					// high_water is, by the holder's wall clock, the latest
+					// moment it may have used the slot, as of its acquisition
+					// or release; a worker ID's next holder waits past it (or
+					// past its session's) so IDs never go back in time.
+					{Name: "high_water", Type: "TIMESTAMP"},
+				},
+				Key: []string{"name", "slot"},
+			}
+		}),
+	},
+}
+
+// The suffixes of the companion tables of a lock table.
+const (
+	permitsSuffix  = "_permits"
+	sessionsSuffix = "_sessions"
+)
+
+// PermitsTable returns the name of the table of semaphore permits and worker IDs.
+func PermitsTable(table string) string { return table + permitsSuffix }
+
+// SessionsTable returns the name of the table of Client sessions.
+func SessionsTable(table string) string { return table + sessionsSuffix }
+
+func addColumns(cols ...Column) change {
+	return func(s *Schema, _ string) {
+		s.Tables[0].Columns = append(s.Tables[0].Columns, cols...)
+	}
 }
 
 // firstToken and clockToken are the two defaults of the token column.
@@ -109,7 +184,7 @@ const (
 )
 
 func setDefault(column, expr string) change {
-	return func(s *Schema, table string) {
+	return func(s *Schema, _ string) {
 		t := &s.Tables[0]
 		for i := range t.Columns {
 			if t.Columns[i].Name == column {
@@ -156,8 +231,8 @@ func Definition(table string, version int) Schema {
 	return s
 }
 
-// MaxTableNameLength leaves room for the suffixes of the companion tables a
-// later version may add within Spanner's 128-character limit.
+// MaxTableNameLength leaves room for the suffixes of the companion tables
+// (PermitsTable) within Spanner's 128-character limit.
 const MaxTableNameLength = 100
 
 var tableNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)

@@ -1,0 +1,82 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/spanner"
+)
+
+// RunOnce runs fn for one slot of a schedule (job "report", slot 03:00 UTC
+// today) on exactly one of the replicas that call it, and records success so
+// that no replica runs that slot again, however late it arrives.
+//
+// The replica that takes the slot's lock runs fn under the lock's Context and
+// returns (true, nil) once success is recorded. When fn fails, its error is
+// returned with ran == false and the slot stays open: another call may run
+// it. Replicas that find the slot running wait for it to finish or fail (then
+// one of them runs it) and return (false, nil) once it has succeeded
+// elsewhere. A replica that crashes mid-run lets another take over when its
+// lease expires.
+//
+// If the lock is lost while fn runs (the holder paused past its TTL), fn may
+// run again elsewhere; RunOnce then returns ran == true with an error
+// matching ErrLeaseLost. Fence fn's effects with l.Guard or the token (from
+// the context, see LeaseFromContext) when a second run must be harmless.
+func (c *Client) RunOnce(ctx context.Context, job string, slot time.Time, fn func(ctx context.Context) error) (ran bool, err error) {
+	if err := validateName("job name", job); err != nil {
+		return false, fmt.Errorf("lease: RunOnce: %w", err)
+	}
+	name := job + "@" + slot.UTC().Format(time.RFC3339Nano)
+	if err := validateName("job slot", name); err != nil {
+		return false, fmt.Errorf("lease: RunOnce: %w", err)
+	}
+	l, err := c.acquire(ctx, name, acquireConfig{untilCompleted: true})
+	if errors.Is(err, errCompleted) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := fn(withLease(l.Context(), l)); err != nil {
+		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			c.log.Warn("releasing a failed job slot; it expires after the TTL", "name", name, "err", rerr)
+		}
+		return false, err
+	}
+	return true, l.complete(context.WithoutCancel(ctx))
+}
+
+// complete records a RunOnce slot as done and releases it, in one
+// compare-and-set on session and token.
+func (l *Lease) complete(ctx context.Context) error {
+	l.releasing.Lock()
+	defer l.releasing.Unlock()
+	n, err := l.c.update(ctx, "spannerlock-complete", spanner.Statement{SQL: l.c.sql.complete, Params: map[string]any{
+		"name": l.name, "token": l.token, "session": l.sess.id,
+	}})
+	if err != nil {
+		// As with Release: an unknown outcome is read, not guessed.
+		r, rerr := readRow(ctx, l.c.db.Single(), l.c.sql, l.name, "")
+		if rerr != nil || !r.completed {
+			return fmt.Errorf("lease: recording %q as done: %w", l.name, l.c.explain(err))
+		}
+		n = 1
+	}
+	return l.settle(n == 1, ErrReleased, "RunOnce")
+}
+
+type leaseContextKey struct{}
+
+func withLease(ctx context.Context, l *Lease) context.Context {
+	return context.WithValue(ctx, leaseContextKey{}, l)
+}
+
+// LeaseFromContext returns the lease a RunOnce job runs under, for Guard and
+// its token.
+func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+	l, ok := ctx.Value(leaseContextKey{}).(*Lease)
+	return l, ok
+}

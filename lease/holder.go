@@ -40,11 +40,13 @@ func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
 	return r.holder(), nil
 }
 
-// Holders returns every live lock in the table, by name. Semaphore permits
-// and worker IDs are reported by Semaphore.
+// Holders returns every live lease in the table: locks, then the permits of
+// semaphores and worker pools (whose Name is the semaphore's or pool's).
 func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 	var holders []Holder
-	err := c.db.Single().Query(ctx, spanner.Statement{SQL: c.sql.selectLive}).Do(func(sr *spanner.Row) error {
+	txn := c.db.ReadOnlyTransaction()
+	defer txn.Close()
+	err := txn.Query(ctx, spanner.Statement{SQL: c.sql.selectLive}).Do(func(sr *spanner.Row) error {
 		var r row
 		if err := r.scan(sr, r.lockFields()...); err != nil {
 			return err
@@ -52,6 +54,16 @@ func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 		holders = append(holders, r.holder())
 		return nil
 	})
+	if err == nil {
+		err = txn.Query(ctx, spanner.Statement{SQL: c.sql.selectLivePermits}).Do(func(sr *spanner.Row) error {
+			var r row
+			if err := r.scan(sr, r.permitFields()...); err != nil {
+				return err
+			}
+			holders = append(holders, r.holder())
+			return nil
+		})
+	}
 	if err != nil {
 		return nil, c.explain(err)
 	}
@@ -147,6 +159,10 @@ func (r *row) scan(sr *spanner.Row, fields ...any) error {
 	return nil
 }
 
+func (r *row) permitFields() []any {
+	return append(r.commonFields(), &r.slot, &r.highWater, &r.sessionHighWater)
+}
+
 // querier is what both transactions and single reads offer.
 type querier interface {
 	Query(ctx context.Context, statement spanner.Statement) *spanner.RowIterator
@@ -164,10 +180,11 @@ func readRow(ctx context.Context, q querier, sql statements, name, self string) 
 
 // readPermitRow is the one read of a permit row.
 func readPermitRow(ctx context.Context, q querier, sql statements, name string, slot int64) (row, error) {
-	r := row{name: name, slot: slot}
+	r := row{name: name}
 	var readSlot spanner.NullInt64
 	err := q.Query(ctx, spanner.Statement{SQL: sql.selectPermit, Params: map[string]any{"name": name, "slot": slot}}).Do(func(sr *spanner.Row) error {
 		return r.scan(sr, append(r.commonFields(), &readSlot, &r.highWater, &r.sessionHighWater)...)
 	})
+	r.slot = slot
 	return r, err
 }

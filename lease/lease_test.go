@@ -313,14 +313,20 @@ func TestHoldersListsLiveLeases(t *testing.T) {
 	released := mustAcquire(t, ctx, a, "z")
 	fatalIf(t, released.Release(ctx), "Release")
 
+	fatalIf(t, a.SetPermits(ctx, "sem", 2), "SetPermits")
+	_, err := b.TryAcquirePermit(ctx, "sem")
+	fatalIf(t, err, "permit")
+	_, err = a.AcquireWorkerID(ctx, "pool", 4)
+	fatalIf(t, err, "worker ID")
+
 	holders, err := b.Holders(ctx)
 	fatalIf(t, err, "Holders")
 	var got []string
 	for _, h := range holders {
 		got = append(got, h.Name+"="+h.HolderID)
 	}
-	if strings.Join(got, ",") != "x=a,y=b" {
-		t.Fatalf("Holders = %v, want x=a,y=b (released z omitted)", got)
+	if strings.Join(got, ",") != "x=a,y=b,pool=a,sem=b" {
+		t.Fatalf("Holders = %v, want x=a,y=b,pool=a,sem=b (released z omitted; permits after locks)", got)
 	}
 }
 

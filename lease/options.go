@@ -111,6 +111,10 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// ValidateName reports why name cannot name a lease, semaphore, job or
+// worker pool (empty, not UTF-8, or over 1024 characters), or nil.
+func ValidateName(name string) error { return validateName("lease name", name) }
+
 func validateName(what, name string) error {
 	switch {
 	case name == "":

@@ -38,8 +38,9 @@ type statements struct {
 	// disagree about who holds a lease. It returns one row even when the
 	// lock row does not exist.
 	selectRow string
-	// selectLive lists every live lock, with the columns of selectRow.
-	selectLive string
+	// selectLive and selectLivePermits list every live lock and permit, with
+	// the columns of selectRow and selectPermit.
+	selectLive, selectLivePermits string
 	// selectPermit is the one read of a permit row (a semaphore permit or a
 	// worker ID), with the columns of selectRow where they mean the same.
 	selectPermit string
@@ -80,6 +81,9 @@ func newStatements(table string) statements {
 		selectLive: fmt.Sprintf(`SELECT %s, t.kind, t.completed_at IS NOT NULL AS completed, CAST(NULL AS BOOL) AS self_live
 			FROM %s AS t JOIN %s AS sess ON sess.session_id = t.session_id
 			WHERE %s ORDER BY t.name`, columns("t"), t, s, sessionLive("sess")),
+		selectLivePermits: fmt.Sprintf(`SELECT %s, p.slot, p.high_water, sess.high_water AS session_high_water
+			FROM %s AS p JOIN %s AS sess ON sess.session_id = p.session_id
+			WHERE %s ORDER BY p.name, p.slot`, columns("p"), p, s, sessionLive("sess")),
 		selectPermit: fmt.Sprintf(`SELECT %s, p.slot, p.high_water, sess.high_water AS session_high_water
 			FROM (SELECT 1) AS one LEFT JOIN %s AS p ON p.name = @name AND p.slot = @slot
 			LEFT JOIN %s AS sess ON sess.session_id = p.session_id`, columns("p"), p, s),

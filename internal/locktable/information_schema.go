@@ -100,7 +100,7 @@ func readSchema(ctx context.Context, db *spanner.Client, want Schema) (Schema, e
 	for _, wt := range want.Tables {
 		if t := byName[strings.ToLower(wt.Name)]; t != nil {
 			lt := *t
-			lt.Name = wt.Name
+			lt.Name, lt.LiveName = wt.Name, t.Name
 			s.Tables = append(s.Tables, lt)
 		}
 	}

@@ -55,18 +55,41 @@ func (i Inspection) Current() bool {
 	return i.Exists && len(i.Diffs) == 0
 }
 
-// Plan returns the statements that bring the table to the latest version
-// with options o, in order: the table's creation when it is missing, else
-// repairs and migrations, then the row deletion policy. It returns an error
+// Changes returns what differs from the latest version with options o, each
+// difference with the statement that repairs it (or, without one, what to
+// do): the table's creation when it is missing, else repairs and
+// migrations, then the row deletion policy.
+func (i Inspection) Changes(o Options) []Diff {
+	if !i.Exists {
+		var diffs []Diff
+		for _, stmt := range CreateDDL(i.Table, o) {
+			diffs = append(diffs, Diff{Table: i.Table, Problem: fmt.Sprintf("table %s does not exist", i.Table), Fix: stmt})
+		}
+		return diffs
+	}
+	diffs := compare(i.Live, definition(i.Table, Latest, i.ClockSeeded || o.CleanupAfter > 0))
+	liveExists := i.CleanupAfter > 0 || i.ForeignPolicy != ""
+	for _, stmt := range policyStatements(i.liveName(), i.CleanupAfter, liveExists, o.CleanupAfter) {
+		problem := fmt.Sprintf("table %s deletes rows not renewed for %s, expected no deletion", i.Table, FormatCleanupAfter(i.CleanupAfter))
+		switch {
+		case i.ForeignPolicy != "":
+			problem = fmt.Sprintf("table %s has the row deletion policy %s, which spannerlock did not write and which could delete live leases", i.Table, i.ForeignPolicy)
+		case o.CleanupAfter > 0 && liveExists:
+			problem = fmt.Sprintf("table %s deletes rows not renewed for %s, expected %s", i.Table, FormatCleanupAfter(i.CleanupAfter), FormatCleanupAfter(o.CleanupAfter))
+		case o.CleanupAfter > 0:
+			problem = fmt.Sprintf("table %s has no cleanup, expected deletion of rows not renewed for %s", i.Table, FormatCleanupAfter(o.CleanupAfter))
+		}
+		diffs = append(diffs, Diff{Table: i.Table, Problem: problem, Fix: stmt})
+	}
+	return diffs
+}
+
+// Plan returns the statements of Changes, in order. It returns an error
 // listing every difference that no additive statement can repair; nothing in
 // a plan drops a column or a table.
 func (i Inspection) Plan(o Options) ([]string, error) {
-	if !i.Exists {
-		return CreateDDL(i.Table, o), nil
-	}
-	diffs := compare(i.Live, definition(i.Table, Latest, i.ClockSeeded || o.CleanupAfter > 0))
 	var stmts, unfixable []string
-	for _, d := range diffs {
+	for _, d := range i.Changes(o) {
 		if d.Fix == "" {
 			unfixable = append(unfixable, d.String())
 			continue
@@ -76,8 +99,24 @@ func (i Inspection) Plan(o Options) ([]string, error) {
 	if len(unfixable) > 0 {
 		return nil, fmt.Errorf("table %s cannot be migrated in place: %s", i.Table, strings.Join(unfixable, "; "))
 	}
-	liveExists := i.CleanupAfter > 0 || i.ForeignPolicy != ""
-	return append(stmts, policyStatements(i.Table, i.CleanupAfter, liveExists, o.CleanupAfter)...), nil
+	return stmts, nil
+}
+
+// DropPlan returns the statements that drop the tables of the family that
+// exist, children first, as Spanner spells them.
+func (i Inspection) DropPlan() []string {
+	var stmts []string
+	for t := len(i.Live.Tables) - 1; t >= 0; t-- {
+		stmts = append(stmts, "DROP TABLE "+Quote(i.Live.Tables[t].LiveName))
+	}
+	return stmts
+}
+
+func (i Inspection) liveName() string {
+	if lt, ok := i.Live.Table(i.Table); ok && lt.LiveName != "" {
+		return lt.LiveName
+	}
+	return i.Table
 }
 
 // Inspect reads the named lock table's schema through INFORMATION_SCHEMA and
@@ -122,6 +161,9 @@ func compare(live, want Schema) []Diff {
 	for _, wt := range want.Tables {
 		lt, ok := live.Table(wt.Name)
 		if !ok {
+			if parent, ok := live.Table(wt.Parent); ok && parent.LiveName != "" {
+				wt.Parent = parent.LiveName
+			}
 			diffs = append(diffs, Diff{Table: wt.Name, Problem: fmt.Sprintf("table %s does not exist", wt.Name), Fix: createStatement(wt)})
 			continue
 		}
@@ -132,6 +174,11 @@ func compare(live, want Schema) []Diff {
 
 func compareTable(lt, wt Table) []Diff {
 	var diffs []Diff
+	// Statements name the table as Spanner spells it.
+	ddlName := wt.Name
+	if lt.LiveName != "" {
+		ddlName = lt.LiveName
+	}
 	problem := func(column, format string, args ...any) Diff {
 		return Diff{Table: wt.Name, Column: column, Problem: fmt.Sprintf(format, args...)}
 	}
@@ -153,7 +200,7 @@ func compareTable(lt, wt Table) []Diff {
 		diffs = append(diffs, Diff{
 			Table:   wt.Name,
 			Problem: fmt.Sprintf("table %s has row deletion policy %q, expected %q", wt.Name, lt.RowDeletionPolicy, wt.RowDeletionPolicy),
-			Fix:     fmt.Sprintf("ALTER TABLE %s %s ROW DELETION POLICY (%s)", Quote(wt.Name), verb, wt.RowDeletionPolicy),
+			Fix:     fmt.Sprintf("ALTER TABLE %s %s ROW DELETION POLICY (%s)", Quote(ddlName), verb, wt.RowDeletionPolicy),
 		})
 	}
 	for _, wc := range wt.Columns {
@@ -161,14 +208,14 @@ func compareTable(lt, wt Table) []Diff {
 		if !ok {
 			d := problem(wc.Name, "column %s.%s does not exist", wt.Name, wc.Name)
 			if !wc.NotNull || wc.Default != "" {
-				d.Fix = addColumnStatement(wt.Name, wc)
+				d.Fix = addColumnStatement(ddlName, wc)
 			} else {
 				d.Advice = "a NOT NULL column without a default cannot be added to a table with rows"
 			}
 			diffs = append(diffs, d)
 			continue
 		}
-		diffs = append(diffs, compareColumn(wt.Name, lc, wc)...)
+		diffs = append(diffs, compareColumn(wt.Name, ddlName, lc, wc)...)
 	}
 	for _, lc := range lt.Columns {
 		if _, ok := wt.Column(lc.Name); ok || !lc.NotNull || lc.Default != "" {
@@ -181,7 +228,7 @@ func compareTable(lt, wt Table) []Diff {
 	return diffs
 }
 
-func compareColumn(table string, lc, wc Column) []Diff {
+func compareColumn(table, ddlName string, lc, wc Column) []Diff {
 	var diffs []Diff
 	add := func(fix, format string, args ...any) {
 		diffs = append(diffs, Diff{Table: table, Column: wc.Name, Problem: fmt.Sprintf(format, args...), Fix: fix})
@@ -198,16 +245,16 @@ func compareColumn(table string, lc, wc Column) []Diff {
 	switch {
 	case wc.NotNull && !lc.NotNull:
 		// Spanner validates the rows and refuses the change if any is NULL.
-		add(fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s %s NOT NULL", Quote(table), Quote(wc.Name), wc.Type),
+		add(fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s %s NOT NULL", Quote(ddlName), Quote(wc.Name), wc.Type),
 			"column %s.%s allows NULL, expected NOT NULL", table, wc.Name)
 	case !wc.NotNull && lc.NotNull:
-		add(relaxNotNullStatement(table, wc), "column %s.%s is NOT NULL, expected nullable", table, wc.Name)
+		add(relaxNotNullStatement(ddlName, wc), "column %s.%s is NOT NULL, expected nullable", table, wc.Name)
 	}
 	if lc.CommitTimestamp != wc.CommitTimestamp {
-		add(commitTimestampStatement(table, wc), "column %s.%s has allow_commit_timestamp = %t, expected %t", table, wc.Name, lc.CommitTimestamp, wc.CommitTimestamp)
+		add(commitTimestampStatement(ddlName, wc), "column %s.%s has allow_commit_timestamp = %t, expected %t", table, wc.Name, lc.CommitTimestamp, wc.CommitTimestamp)
 	}
 	if normalizeExpression(lc.Default) != normalizeExpression(wc.Default) {
-		add(defaultStatement(table, wc), "column %s.%s has default %q, expected %q", table, wc.Name, lc.Default, wc.Default)
+		add(defaultStatement(ddlName, wc), "column %s.%s has default %q, expected %q", table, wc.Name, lc.Default, wc.Default)
 	}
 	return diffs
 }

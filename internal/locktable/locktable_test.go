@@ -289,3 +289,46 @@ func TestDropDDL(t *testing.T) {
 		t.Fatal("table still exists after DropDDL")
 	}
 }
+
+// A table created under another spelling is one Spanner resolves either
+// way, but the emulator's DDL wants its own spelling: plans must use it.
+func TestPlansUseTheLiveSpelling(t *testing.T) {
+	ctx := emulator.Context(t)
+	e := emulator.Shared(t)
+	db := emulator.Database(t, DDLAt("Locks", 1)...)
+	ins := inspect(t, ctx, db)
+	if ins.Version != 1 {
+		t.Fatalf("table created as Locks at version 1 inspects as version %d", ins.Version)
+	}
+	apply(t, ctx, e, db, ins, Options{CleanupAfter: day})
+	ins = inspect(t, ctx, db)
+	if !ins.Current() {
+		t.Fatalf("after migrating Locks: %v", ins.Diffs)
+	}
+	update(t, ctx, e, db, ins.DropPlan()...)
+	if inspect(t, ctx, db).Exists {
+		t.Fatal("DropPlan left the table")
+	}
+}
+
+// An older table lacks the later companion tables; dropping it drops what exists.
+func TestDropPlanDropsOnlyWhatExists(t *testing.T) {
+	ctx := emulator.Context(t)
+	e := emulator.Shared(t)
+	db := emulator.Database(t, DDLAt("locks", 1)...)
+	ins := inspect(t, ctx, db)
+	if got := ins.DropPlan(); len(got) != 1 {
+		t.Fatalf("DropPlan of a version-1 table = %v, want one statement", got)
+	}
+	update(t, ctx, e, db, ins.DropPlan()...)
+}
+
+func TestChangesExplainTheCleanupStatements(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := emulator.Database(t, DDL("locks")...)
+	changes := inspect(t, ctx, db).Changes(Options{CleanupAfter: 7 * day})
+	if len(changes) != 2 || !strings.Contains(changes[0].Fix, clockToken) || !strings.Contains(changes[0].Problem, clockToken) ||
+		!strings.Contains(changes[1].Problem, "expected deletion of rows not renewed for 7d") {
+		t.Fatalf("changes to enable cleanup: %v", changes)
+	}
+}

@@ -38,6 +38,9 @@ type Table struct {
 	// RowDeletionPolicy is the policy expression. For the lock table itself
 	// definitions leave it empty: that policy is an option (CleanupAfter).
 	RowDeletionPolicy string
+	// LiveName is the spelling Spanner has for a live table, which DDL must
+	// use; Name is always the definition's spelling, so lookups by it work.
+	LiveName string
 }
 
 // Column returns the named column, or false.

@@ -248,30 +248,28 @@ func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableM
 	// pending, stays visible in the plan as what this apply runs.
 	plan.PendingDDL = types.ListUnknown(types.StringType)
 
-	diags.AddAttributeWarning(path.Root("pending_ddl"), fmt.Sprintf("Table %s will be changed in place", table), describeChanges(ins, stmts))
+	diags.AddAttributeWarning(path.Root("pending_ddl"), fmt.Sprintf("Table %s will be changed in place", table), describeChanges(ins, opts, stmts))
 }
 
 // describeChanges says what apply will run and what in the live table
 // calls for it, so a reviewer can tell a migration from a repair of drift.
-func describeChanges(ins locktable.Inspection, stmts []string) string {
+func describeChanges(ins locktable.Inspection, opts locktable.Options, stmts []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Apply will run these statements on table %s; none drops a column or a table, so its rows are kept:\n\n  %s\n",
 		ins.Table, strings.Join(stmts, ";\n  "))
 	switch {
 	case !ins.Exists:
 		b.WriteString("\nThe table does not exist.\n")
+		return b.String()
 	case ins.Version == 0:
-		fmt.Fprintf(&b, "\nThe live table has drifted from every schema version. Differences from version %d:\n", locktable.Latest)
+		fmt.Fprintf(&b, "\nThe live table has drifted from every schema version. What differs from version %d with this configuration:\n", locktable.Latest)
 	case ins.Version < locktable.Latest:
-		fmt.Fprintf(&b, "\nThe live table is at schema version %d; the latest is %d. Differences:\n", ins.Version, locktable.Latest)
+		fmt.Fprintf(&b, "\nThe live table is at schema version %d; the latest is %d. What differs with this configuration:\n", ins.Version, locktable.Latest)
+	default:
+		b.WriteString("\nWhat differs with this configuration:\n")
 	}
-	if ins.Exists {
-		for _, d := range ins.Diffs {
-			fmt.Fprintf(&b, "  - %s\n", d)
-		}
-	}
-	if ins.ForeignPolicy != "" {
-		fmt.Fprintf(&b, "\nThe row deletion policy %s was not written by spannerlock and could delete live leases, so it is replaced or dropped.\n", ins.ForeignPolicy)
+	for _, d := range ins.Changes(opts) {
+		fmt.Fprintf(&b, "  - %s\n", d)
 	}
 	return b.String()
 }
@@ -445,7 +443,9 @@ func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 			return
 		}
 	}
-	if err := r.apply(ctx, db, locktable.DropDDL(table)); err != nil {
+	// Only what exists, as Spanner spells it: a table from an older version
+	// lacks the later companion tables.
+	if err := r.apply(ctx, db, ins.DropPlan()); err != nil {
 		resp.Diagnostics.AddError("Cannot drop table", ddlFailure(ctx, err, "delete", ""))
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"unicode/utf8"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 // databasePattern is the full path every Spanner client call takes; shorter
@@ -59,24 +59,10 @@ func cleanupPeriod() validator.String {
 	}
 }
 
-// maxLeaseNameLength matches the lease package's limit, the size of the
-// STRING(1024) name column.
-const maxLeaseNameLength = 1024
-
 func leaseName() validator.String {
 	return funcValidator{
 		description: "a lease name: 1 to 1024 characters of valid UTF-8",
 		summary:     "Invalid lease name",
-		check: func(s string) error {
-			switch n := utf8.RuneCountInString(s); {
-			case s == "":
-				return fmt.Errorf("lease name is empty")
-			case !utf8.ValidString(s):
-				return fmt.Errorf("lease name is not valid UTF-8")
-			case n > maxLeaseNameLength:
-				return fmt.Errorf("lease name is %d characters long; the limit is %d", n, maxLeaseNameLength)
-			}
-			return nil
-		},
+		check:       lease.ValidateName,
 	}
 }

@@ -242,7 +242,7 @@ func valueOrEnv(v types.String, env string) (value string, fromEnv bool) {
 }
 
 func (p *spannerlockProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{newTableResource}
+	return []func() resource.Resource{newTableResource, newSemaphoreResource}
 }
 
 func (p *spannerlockProvider) DataSources(context.Context) []func() datasource.DataSource {

@@ -126,6 +126,17 @@ func gone(ins locktable.Inspection) error {
 // holdLease acquires name in table as holder, held until the test ends.
 func holdLease(t *testing.T, sc *spanner.Client, table, name, holder string) *lease.Lease {
 	t.Helper()
+	l, err := appClient(t, sc, table, holder).TryAcquire(emulator.Context(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// appClient is a Client on table as an application has one, with holder as
+// its identity, closed when the test ends.
+func appClient(t *testing.T, sc *spanner.Client, table, holder string) *lease.Client {
+	t.Helper()
 	lc, err := lease.NewClient(sc, table,
 		lease.WithHolderID(holder),
 		// Long enough that neither expiry nor a renewal happens mid-test.
@@ -136,11 +147,7 @@ func holdLease(t *testing.T, sc *spanner.Client, table, name, holder string) *le
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lc.Close() })
-	l, err := lc.TryAcquire(emulator.Context(t), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return lc
 }
 
 func TestAccProvider_emulatorLooksUpNoCredentials(t *testing.T) {

@@ -66,3 +66,13 @@ func leaseName() validator.String {
 		check:       lease.ValidateName,
 	}
 }
+
+// semaphoreName is leaseName under the name the diagnostic should use:
+// semaphores share the lease names of their table.
+func semaphoreName() validator.String {
+	return funcValidator{
+		description: "a semaphore name: 1 to 1024 characters of valid UTF-8",
+		summary:     "Invalid semaphore name",
+		check:       lease.ValidateName,
+	}
+}

@@ -1,0 +1,391 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+var (
+	_ resource.ResourceWithConfigure   = (*semaphoreResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*semaphoreResource)(nil)
+	_ resource.ResourceWithImportState = (*semaphoreResource)(nil)
+)
+
+// semaphoreResource declares a semaphore's capacity. Every change goes
+// through lease.Client (SetPermits, Undeclare, Semaphore), so Terraform and
+// applications share one definition of a semaphore.
+type semaphoreResource struct {
+	data *providerData
+}
+
+func newSemaphoreResource() resource.Resource { return &semaphoreResource{} }
+
+type semaphoreModel struct {
+	ID       types.String `tfsdk:"id"`
+	Database types.String `tfsdk:"database"`
+	Table    types.String `tfsdk:"table"`
+	Name     types.String `tfsdk:"name"`
+	Permits  types.Int64  `tfsdk:"permits"`
+}
+
+func (r *semaphoreResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_semaphore"
+}
+
+func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "A semaphore's capacity, declared in a lock table: applications take its permits with " +
+			"`lease.Client.AcquirePermit`, and never more than `permits` are granted at once.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "`projects/P/instances/I/databases/D/tables/T/semaphores/N`.",
+			},
+			"database": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				MarkdownDescription: "Database of the table, `projects/P/instances/I/databases/D`. Defaults to the " +
+					"provider's `database`. Changing it declares the semaphore in the new database and undeclares it in the old one.",
+				Validators: []validator.String{databasePath()},
+			},
+			"table": schema.StringAttribute{
+				Required: true,
+				MarkdownDescription: "Name of the lock table, usually `spannerlock_table.<name>.name`. Changing it " +
+					"declares the semaphore in the new table and undeclares it in the old one.",
+				Validators:    []validator.String{tableName()},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"name": schema.StringAttribute{
+				Required: true,
+				MarkdownDescription: "Name of the semaphore, as applications pass it to `AcquirePermit`: 1 to 1024 " +
+					"characters of valid UTF-8. It shares the table's names with locks, so it must not be a lock's name. " +
+					"Changing it undeclares the old semaphore and declares the new one.",
+				Validators:    []validator.String{semaphoreName()},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"permits": schema.Int64Attribute{
+				Required: true,
+				MarkdownDescription: "How many permits may be held at once, at least 1. Changing it changes the limit " +
+					"in place; lowering it takes no permit away, but no new one is granted until fewer than `permits` are held.",
+				Validators: []validator.Int64{int64validator.AtLeast(1)},
+			},
+		},
+	}
+}
+
+func (r *semaphoreResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	data, ok := req.ProviderData.(*providerData)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
+		return
+	}
+	r.data = data
+}
+
+// ModifyPlan resolves the database, decides replacement on it, refuses to
+// declare a semaphore that already is, and warns when a lowered limit is
+// below the permits held.
+func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var plan, config semaphoreModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
+	var state *semaphoreModel
+	if !req.State.Raw.IsNull() {
+		state = &semaphoreModel{}
+		resp.Diagnostics.Append(req.State.Get(ctx, state)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	db, dbKnown, err := r.data.defaultDatabase(config.Database)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("database"), "No database", err.Error())
+		return
+	}
+	plan.Database, plan.ID = types.StringUnknown(), types.StringUnknown()
+	known := dbKnown && !plan.Table.IsUnknown() && !plan.Name.IsUnknown()
+	if dbKnown {
+		plan.Database = types.StringValue(db)
+	}
+	if known {
+		plan.ID = types.StringValue(semaphoreID(db, plan.Table.ValueString(), plan.Name.ValueString()))
+	}
+
+	// As for spannerlock_table: database is Optional+Computed, so its
+	// replacement is decided here, where the provider's default is known.
+	replace := state == nil
+	if state != nil {
+		if !plan.Database.Equal(state.Database) {
+			resp.RequiresReplace.Append(path.Root("database"))
+			replace = true
+		}
+		// The attributes' own modifiers request these replacements.
+		replace = replace || !plan.Table.Equal(state.Table) || !plan.Name.Equal(state.Name)
+	}
+	switch {
+	case !known || r.data == nil || r.data.conns == nil:
+		// Spanner cannot be read yet; Create checks again.
+	case state == nil:
+		r.refuseDeclared(ctx, db, plan.Table.ValueString(), plan.Name.ValueString(), &resp.Diagnostics)
+	case !replace && !plan.Permits.IsUnknown() && plan.Permits.ValueInt64() < state.Permits.ValueInt64():
+		r.warnLowering(ctx, db, plan.Table.ValueString(), plan.Name.ValueString(), plan.Permits.ValueInt64(), &resp.Diagnostics)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
+}
+
+// refuseDeclared stops the plan from declaring a semaphore that is already
+// declared: taking over a limit that applications (or another configuration)
+// set would hide it from review. A failed read is no reason to stop the plan
+// (the table may be created by this same apply); Create checks again.
+func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name string, diags *diag.Diagnostics) {
+	s, err := r.semaphore(ctx, db, table, name)
+	if err != nil {
+		return
+	}
+	diags.AddAttributeError(path.Root("name"), "Semaphore already declared", alreadyDeclared(db, table, s))
+}
+
+func alreadyDeclared(db, table string, s lease.Semaphore) string {
+	return fmt.Sprintf("Semaphore %q is already declared in table %s of %s, with %d permit(s). spannerlock_semaphore "+
+		"never takes over an existing limit without review; import it instead:\n\n  terraform import <resource address> %s\n\n"+
+		"The plan after the import shows any change to its limit.", s.Name, table, db, s.Permits, semaphoreID(db, table, s.Name))
+}
+
+// warnLowering tells the reviewer of a plan that lowers the limit below the
+// permits held now what apply will and will not do about them.
+func (r *semaphoreResource) warnLowering(ctx context.Context, db, table, name string, permits int64, diags *diag.Diagnostics) {
+	s, err := r.semaphore(ctx, db, table, name)
+	if err != nil || int64(s.InUse()) <= permits {
+		return
+	}
+	diags.AddAttributeWarning(path.Root("permits"), fmt.Sprintf("Semaphore %s has more permits held than the new limit", name),
+		fmt.Sprintf("%d permit(s) of %q are held now, more than the new limit of %d. Lowering the limit takes none away: "+
+			"their holders keep them until they release them or their leases expire, and no new permit is granted "+
+			"while %d or more are held.", s.InUse(), name, permits, permits))
+}
+
+func (r *semaphoreResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan semaphoreModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	db, table, name := plan.Database.ValueString(), plan.Table.ValueString(), plan.Name.ValueString()
+	lc, err := r.client(ctx, db, table)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot declare semaphore", err.Error())
+		return
+	}
+	defer closeIdle(lc)
+	s, err := lc.Semaphore(ctx, name)
+	switch {
+	case err == nil:
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Semaphore already declared", alreadyDeclared(db, table, s))
+		return
+	case !errors.Is(err, lease.ErrUnknownSemaphore):
+		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(db, table, name, err))
+		return
+	}
+	if err := lc.SetPermits(ctx, name, plan.Permits.ValueInt64()); err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Cannot declare semaphore", semaphoreFailure(db, table, name, err))
+		return
+	}
+	plan.ID = types.StringValue(semaphoreID(db, table, name))
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state semaphoreModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	db, table, name := state.Database.ValueString(), state.Table.ValueString(), state.Name.ValueString()
+	s, err := r.semaphore(ctx, db, table, name)
+	switch {
+	case errors.Is(err, lease.ErrUnknownSemaphore), err != nil && r.tableGone(ctx, db, table):
+		// Undeclared outside Terraform, maybe with its table or database:
+		// the next plan declares it again.
+		resp.State.RemoveResource(ctx)
+		return
+	case err != nil:
+		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(db, table, name, err))
+		return
+	}
+	// From Spanner, so a limit changed behind Terraform's back shows as a diff.
+	state.Permits = types.Int64Value(s.Permits)
+	state.ID = types.StringValue(semaphoreID(db, table, name))
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan semaphoreModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	db, table, name := plan.Database.ValueString(), plan.Table.ValueString(), plan.Name.ValueString()
+	lc, err := r.client(ctx, db, table)
+	if err == nil {
+		defer closeIdle(lc)
+		// In place: holders keep their permits and tokens whichever way the
+		// limit moves.
+		err = lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
+	}
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("permits"), "Cannot change semaphore limit", semaphoreFailure(db, table, name, err))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+func (r *semaphoreResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state semaphoreModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	db, table, name := state.Database.ValueString(), state.Table.ValueString(), state.Name.ValueString()
+	lc, err := r.client(ctx, db, table)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot undeclare semaphore", err.Error())
+		return
+	}
+	defer closeIdle(lc)
+	// Read first, only to tell who still holds permits: Undeclare itself
+	// takes nothing away.
+	s, err := lc.Semaphore(ctx, name)
+	switch {
+	case errors.Is(err, lease.ErrUnknownSemaphore), err != nil && r.tableGone(ctx, db, table):
+		return
+	case err != nil:
+		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(db, table, name, err))
+		return
+	}
+	if err := lc.Undeclare(ctx, name); err != nil {
+		resp.Diagnostics.AddError("Cannot undeclare semaphore", semaphoreFailure(db, table, name, err))
+		return
+	}
+	if s.InUse() > 0 {
+		resp.Diagnostics.AddWarning(fmt.Sprintf("Semaphore %s undeclared while permits are held", name), describePermits(table, s))
+	}
+}
+
+// describePermits says what undeclaring a semaphore with live permits did
+// and did not do.
+func describePermits(table string, s lease.Semaphore) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Semaphore %q in table %s is undeclared, but %d permit(s) of it were held:\n", s.Name, table, s.InUse())
+	for i, h := range s.Holders {
+		if i == maxListedHolders {
+			fmt.Fprintf(&b, "  ... and %d more\n", len(s.Holders)-maxListedHolders)
+			break
+		}
+		fmt.Fprintf(&b, "  - held by %q with token %d until %s\n", h.HolderID, h.Token, h.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(&b, "\nUndeclaring deletes nothing: these permits stay valid until their holders release them or their "+
+		"leases expire. New permits fail with ErrUnknownSemaphore until %q is declared again, which continues its tokens.", s.Name)
+	return b.String()
+}
+
+func (r *semaphoreResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	var defaultDB string
+	if r.data != nil {
+		defaultDB = r.data.database
+	}
+	db, table, name, err := parseSemaphoreImportID(req.ID, defaultDB)
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid import ID", err.Error())
+		return
+	}
+	// Read fills in permits, or finds no semaphore and the import fails.
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), semaphoreID(db, table, name))...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("database"), db)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("table"), table)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
+}
+
+// tableGone reports that the table, or its whole database, no longer exists,
+// so neither does any semaphore in it.
+func (r *semaphoreResource) tableGone(ctx context.Context, db, table string) bool {
+	sc, err := r.spannerClient(ctx, db)
+	if err != nil {
+		return false
+	}
+	ins, err := locktable.Inspect(ctx, sc, table)
+	if err != nil {
+		return databaseGone(err)
+	}
+	return !ins.Exists
+}
+
+func (r *semaphoreResource) semaphore(ctx context.Context, db, table, name string) (lease.Semaphore, error) {
+	lc, err := r.client(ctx, db, table)
+	if err != nil {
+		return lease.Semaphore{}, err
+	}
+	defer closeIdle(lc)
+	return lc.Semaphore(ctx, name)
+}
+
+func (r *semaphoreResource) client(ctx context.Context, db, table string) (*lease.Client, error) {
+	return leaseClient(ctx, r.data, db, table)
+}
+
+func (r *semaphoreResource) spannerClient(ctx context.Context, db string) (*spanner.Client, error) {
+	conns, err := r.data.connections()
+	if err != nil {
+		return nil, err
+	}
+	return conns.Spanner(ctx, db)
+}
+
+// semaphoreFailure explains a failed call on a semaphore, naming it in full.
+func semaphoreFailure(db, table, name string, err error) string {
+	return fmt.Sprintf("semaphore %q in table %s of %s: %v", name, table, db, err)
+}
+
+// leaseClient returns a lease.Client on the table for reads and declarations.
+// It never acquires, so it holds no session: close it with closeIdle.
+func leaseClient(ctx context.Context, data *providerData, db, table string) (*lease.Client, error) {
+	conns, err := data.connections()
+	if err != nil {
+		return nil, err
+	}
+	sc, err := conns.Spanner(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return lease.NewClient(sc, table)
+}
+
+// closeIdle closes a Client that holds nothing, which does no I/O and
+// cannot fail.
+func closeIdle(lc *lease.Client) { _ = lc.Close() }

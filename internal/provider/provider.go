@@ -246,5 +246,5 @@ func (p *spannerlockProvider) Resources(context.Context) []func() resource.Resou
 }
 
 func (p *spannerlockProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{newLeaderDataSource}
+	return []func() datasource.DataSource{newLeaderDataSource, newSemaphoreDataSource}
 }

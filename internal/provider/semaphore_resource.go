@@ -62,13 +62,13 @@ func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				Optional: true,
 				Computed: true,
 				MarkdownDescription: "Database of the table, `projects/P/instances/I/databases/D`. Defaults to the " +
-					"provider's `database`. Changing it declares the semaphore in the new database and undeclares it in the old one.",
+					"provider's `database`. Changing it undeclares the semaphore in the old database and declares it in the new one.",
 				Validators: []validator.String{databasePath()},
 			},
 			"table": schema.StringAttribute{
 				Required: true,
 				MarkdownDescription: "Name of the lock table, usually `spannerlock_table.<name>.name`. Changing it " +
-					"declares the semaphore in the new table and undeclares it in the old one.",
+					"undeclares the semaphore in the old table and declares it in the new one.",
 				Validators:    []validator.String{tableName()},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},

@@ -63,8 +63,9 @@ func (r *tableResource) Metadata(_ context.Context, req resource.MetadataRequest
 
 func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "A Spanner table that `lease` clients keep their leases in, created, migrated and " +
-			"repaired in place from the one schema definition the runtime uses.",
+		MarkdownDescription: "A Spanner table that `lease` clients keep their leases in, with its companion tables " +
+			"`<name>_permits` and `<name>_sessions`, created, migrated and repaired in place from the one schema " +
+			"definition the runtime uses.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:            true,
@@ -101,10 +102,11 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"cleanup_after": schema.StringAttribute{
 				Optional: true,
-				MarkdownDescription: "Delete the rows of leases not renewed for this long, as a whole number of days " +
-					"(`\"30d\"` or `\"720h\"`). Installs a Spanner row deletion policy on `renewed_at` and makes new names' " +
+				MarkdownDescription: "Delete the table's rows not renewed for this long, as a whole number of days " +
+					"(`\"30d\"` or `\"720h\"`). Installs a Spanner row deletion policy on `renewed_at`, which the runtime " +
+					"stamps at least hourly on every lock it holds, so a held lock is never deleted; and makes new names' " +
 					"tokens start at the commit time in microseconds, so a deleted name resumes above every token it had. " +
-					"Unset means rows are kept forever.",
+					"Unset means rows are kept forever. The sessions table has its own fixed policy of 2 days either way.",
 				Validators: []validator.String{cleanupPeriod()},
 			},
 			"schema_version": schema.Int64Attribute{

@@ -99,7 +99,7 @@ func (p *spannerlockProvider) Schema(_ context.Context, _ provider.SchemaRequest
 	resp.Schema = schema.Schema{
 		Description: "Distributed locks, leader election and semaphores on Google Cloud Spanner.",
 		MarkdownDescription: "Manages the Spanner tables that [spannerlock](https://github.com/spannerlock/terraform-provider-spannerlock) " +
-			"leases live in, and reads who holds a lease. Credentials work as in the `google` provider: " +
+			"leases live in and the semaphores declared in them, and reads who holds a lease or a permit. Credentials work as in the `google` provider: " +
 			"Application Default Credentials unless `credentials` or `access_token` is set.",
 		Attributes: map[string]schema.Attribute{
 			"database": schema.StringAttribute{

@@ -149,9 +149,11 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 	switch {
 	case !known || r.data == nil || r.data.conns == nil:
 		// Spanner cannot be read yet; Create checks again.
-	case state == nil:
+	case replace:
+		// Also on replacement: apply would undeclare the old semaphore
+		// before finding the new one taken.
 		r.refuseDeclared(ctx, db, plan.Table.ValueString(), plan.Name.ValueString(), &resp.Diagnostics)
-	case !replace && !plan.Permits.IsUnknown() && plan.Permits.ValueInt64() < state.Permits.ValueInt64():
+	case !plan.Permits.IsUnknown() && plan.Permits.ValueInt64() < state.Permits.ValueInt64():
 		r.warnLowering(ctx, db, plan.Table.ValueString(), plan.Name.ValueString(), plan.Permits.ValueInt64(), &resp.Diagnostics)
 	}
 	if resp.Diagnostics.HasError() {

@@ -351,6 +351,17 @@ resource "spannerlock_semaphore" "lock" {
 				Config:   semaphoreConfig(prov, 4),
 				PlanOnly: true,
 			},
+			{
+				// Renaming replaces: refused before the old one is undeclared.
+				PreConfig: func() {
+					if err := admin.SetPermits(emulator.Context(t), "taken", 1); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:      strings.Replace(semaphoreConfig(prov, 4), `name    = "jobs"`, `name    = "taken"`, 1),
+				PlanOnly:    true,
+				ExpectError: diagnostic("Semaphore already declared", `"taken" is already declared`),
+			},
 		},
 	})
 }

@@ -55,7 +55,12 @@ func (c *Client) acquire(ctx context.Context, name string, cfg acquireConfig) (*
 		}
 		l, holder, err := c.acquireOnce(ctx, name, cfg)
 		if l, err = c.finish(name, l, err); err == nil {
-			return l, nil
+			if l.ctx.Err() == nil {
+				return l, nil
+			}
+			// Its session ended while it was acquired (renewals failing):
+			// try again rather than return a lease that is already lost.
+			continue
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -223,6 +228,10 @@ func (w *waiter) untilFree(ctx context.Context, holder row) error {
 		case err != nil && ctx.Err() == nil && transient(err):
 			w.c.log.Warn("polling a held lease failed; retrying", "name", w.name, "err", err)
 			continue
+		case err != nil && ctx.Err() != nil:
+			// Spanner's own deadline error does not wrap ctx's; callers
+			// match errors.Is(err, context.DeadlineExceeded).
+			return fmt.Errorf("lease: waiting for %q: %w", w.name, ctx.Err())
 		case err != nil:
 			return w.c.explain(err)
 		case !r.live || r.sessionID.StringVal == w.c.currentSession().id:

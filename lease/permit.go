@@ -55,7 +55,10 @@ func (c *Client) acquireSlot(ctx context.Context, name string, p slotPolicy, cfg
 		}
 		l, s, err := c.acquireSlotOnce(ctx, name, p, cfg)
 		if l, err = c.finishSlot(l, err); err == nil {
-			return l, nil
+			if l.ctx.Err() == nil {
+				return l, nil
+			}
+			continue // born lost, as in acquire
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -227,6 +230,10 @@ func (w *waiter) untilSlotFree(ctx context.Context, s semaphoreState, p slotPoli
 		case err != nil && ctx.Err() == nil && transient(err):
 			w.c.log.Warn("polling a semaphore failed; retrying", "name", w.name, "err", err)
 			continue
+		case err != nil && ctx.Err() != nil:
+			// Spanner's own deadline error does not wrap ctx's; callers
+			// match errors.Is(err, context.DeadlineExceeded).
+			return fmt.Errorf("lease: waiting for %q: %w", w.name, ctx.Err())
 		case err != nil:
 			return w.c.explain(err)
 		}

@@ -2,10 +2,13 @@
 // processes contend for locks and a semaphore on a Spanner emulator it
 // starts, nemeses strike, and the checker judges the result. It exits 1 when
 // the checker finds a violation and 2 when the run could not be carried out.
+// With -planted the workers are built with the spannerlock_plantedbug tag
+// (Guard checks nothing) and the exit status is inverted: 0 when the checker
+// caught the bug, 1 when it passed the run.
 //
 //	go run ./internal/chaos/cmd/chaos -duration 5m
 //	go run ./internal/chaos/cmd/chaos -seed 42 -duration 45s   # replay a run's choices
-//	go run ./internal/chaos/cmd/chaos -planted -nemeses pause-after-guard   # must fail
+//	go run ./internal/chaos/cmd/chaos -planted -nemeses pause-after-guard -permits -1
 package main
 
 import (
@@ -39,7 +42,7 @@ func main() {
 	flag.Float64Var(&cfg.Ambiguous, "ambiguous", 0.02, "probability that a worker reports a successful Commit as DEADLINE_EXCEEDED")
 	flag.BoolVar(&cfg.FaultInjection, "emulator-faults", true, "run the emulator with --enable_fault_injection")
 	flag.StringVar(&nemeses, "nemeses", strings.Join(chaos.AllNemeses, ","), "nemeses to schedule, comma-separated (empty: none)")
-	flag.BoolVar(&planted, "planted", false, "build the worker with the spannerlock_plantedbug tag (Guard checks nothing): the run must fail")
+	flag.BoolVar(&planted, "planted", false, "build the worker with the spannerlock_plantedbug tag (Guard checks nothing) and exit 0 only if the checker catches it")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for logs (default: a new temporary directory)")
 	flag.BoolVar(&quiet, "q", false, "do not print faults as they happen")
 	flag.Parse()
@@ -91,7 +94,14 @@ func run(ctx context.Context, cfg chaos.Config, planted bool) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	if !res.OK() {
+	switch {
+	case planted && res.OK():
+		fmt.Println("chaos: the checker passed a run whose Guard checks nothing: the suite is blind to the planted bug")
+		return 1, nil
+	case planted:
+		fmt.Println("chaos: the planted bug was caught")
+		return 0, nil
+	case !res.OK():
 		return 1, nil
 	}
 	return 0, nil

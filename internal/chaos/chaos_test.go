@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -40,6 +41,7 @@ func TestFaultSuite(t *testing.T) {
 		// one with fault injection can be started here.
 		t.Logf("no emulator binary to start one with fault injection (%v): using %s without", err, shared.Host())
 		cfg.Emulator, cfg.FaultInjection = shared, false
+		cfg.Database = emulator.Database(t, DDL()...)
 	}
 	res, err := Run(ctx, cfg)
 	if res != nil && res.History.Counters != nil {
@@ -72,8 +74,8 @@ func TestFaultSuite(t *testing.T) {
 	if st.Committed < 100 {
 		t.Errorf("only %d guarded writes committed: too little work to judge", st.Committed)
 	}
-	if !contended(res, "lock-0", cfg.Workers) {
-		t.Errorf("not all %d workers acquired lock-0: the start-together case did not happen", cfg.Workers)
+	if err := startedTogether(res, cfg.Workers); err != nil {
+		t.Errorf("the start-together case: %v", err)
 	}
 	if sem := countWrites(res, true); sem < 20 {
 		t.Errorf("only %d writes under semaphore permits", sem)
@@ -104,6 +106,7 @@ func TestFaultSuiteCatchesThePlantedBug(t *testing.T) {
 		Nemeses:      []string{NPausePoint},
 		WorkerBinary: bin,
 		Emulator:     shared,
+		Database:     emulator.Database(t, DDL()...),
 		Dir:          t.TempDir(),
 	})
 	if res != nil && res.History.Counters != nil {
@@ -152,15 +155,35 @@ func pauseVerified(res *Result) bool {
 	return false
 }
 
-// contended reports whether n holders acquired name.
-func contended(res *Result, name string, n int) bool {
-	holders := map[string]bool{}
+// startedTogether checks that the n workers released at once each began by
+// acquiring lock-0, a name no one had held, and that its first n tokens went
+// to n different holders (spindle gave two of them the lock).
+func startedTogether(res *Result, n int) error {
+	first := map[string]record.Event{}
+	byToken := map[int64]string{}
 	for _, e := range res.History.Events {
-		if e.Ev == record.EvAcquired && e.Name == name {
-			holders[e.Holder] = true
+		if e.Ev != record.EvAcquired {
+			continue
+		}
+		if f, ok := first[e.Holder]; !ok || e.T.Before(f.T) {
+			first[e.Holder] = e
+		}
+		if e.Name == "lock-0" {
+			byToken[e.Token] = e.Holder
 		}
 	}
-	return len(holders) >= n
+	holders := map[string]bool{}
+	for i := range n {
+		h := fmt.Sprintf("w%d.0", i)
+		if f, ok := first[h]; !ok || f.Name != "lock-0" {
+			return fmt.Errorf("%s's first acquisition was %+v, want lock-0", h, f)
+		}
+		holders[byToken[int64(i+1)]] = true
+	}
+	if len(holders) != n || holders[""] {
+		return fmt.Errorf("lock-0's tokens 1..%d went to %v", n, holders)
+	}
+	return nil
 }
 
 func countWrites(res *Result, sem bool) int {

@@ -46,6 +46,10 @@ type Config struct {
 	WorkerBinary string
 	// Emulator to use; nil starts one (with FaultInjection) for the run.
 	Emulator *emulator.Emulator
+	// Database on Emulator, with lease.DDL(record.Table) and record.DDL()
+	// applied (tests pass one emulator.Database drops at cleanup); empty
+	// creates one.
+	Database string
 	// Dir receives the logs; empty means a new temporary directory.
 	Dir string
 	// Progress, when set, receives a line per fault as the run goes.
@@ -73,6 +77,10 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// DDL creates what a run's database needs: the lock table and the fenced
+// resource.
+func DDL() []string { return append(lease.DDL(record.Table), record.DDL()...) }
 
 // Semaphore is the name of the run's semaphore.
 const Semaphore = "sem"
@@ -139,9 +147,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		defer func() { _ = e.Stop() }()
 	}
-	db, err := e.CreateDatabase(ctx, append(lease.DDL(record.Table), record.DDL()...)...)
-	if err != nil {
-		return nil, err
+	db := cfg.Database
+	if db == "" {
+		var err error
+		if db, err = e.CreateDatabase(ctx, DDL()...); err != nil {
+			return nil, err
+		}
 	}
 	res.Database = db
 	sc, err := e.NewClient(ctx, db)

@@ -95,8 +95,8 @@ func Check(h History) []Violation {
 				add(VTokenShared, name, "token %d wrote as %s and as %s", w.Token, hd, w.Holder)
 			}
 			holders[w.Token] = w.Holder
-			if hd, ok := acquired[acqKey{name, w.Token}]; !ok || hd != w.Holder {
-				add(VUnacquired, name, "operation %s by %s with token %d, which %s", w.Op, w.Holder, w.Token, describeAcquirer(hd, ok))
+			if a, ok := acquired[acqKey{name, w.Token}]; !ok || a.Holder != w.Holder {
+				add(VUnacquired, name, "operation %s by %s with token %d, which %s", w.Op, w.Holder, w.Token, describeAcquirer(a.Holder, ok))
 			}
 		}
 		// Counter chain: each accepted write read what the previous one wrote.
@@ -116,7 +116,7 @@ func Check(h History) []Violation {
 			add(VCounter, name, "counter is %d (present: %v); %d accepted writes, the last wrote %d", c, ok, len(ws), last)
 		}
 		if sem {
-			checkSemaphore(name, ws, h.Permits[name], add)
+			checkSemaphore(name, ws, acquired, h.Permits[name], add)
 			continue
 		}
 		// Tokens never go down in commit order: a smaller token after a
@@ -146,20 +146,20 @@ type acqKey struct {
 
 // checkAcquisitions checks that every name's tokens grow with its
 // acquisitions' commit timestamps and are never handed out twice; it
-// returns who acquired each token.
-func checkAcquisitions(events []record.Event, add func(kind, name, format string, args ...any)) map[acqKey]string {
-	holders := map[acqKey]string{}
+// returns each token's acquisition.
+func checkAcquisitions(events []record.Event, add func(kind, name, format string, args ...any)) map[acqKey]record.Event {
+	holders := map[acqKey]record.Event{}
 	byName := map[string][]record.Event{}
 	for _, e := range events {
 		if e.Ev != record.EvAcquired {
 			continue
 		}
 		k := acqKey{e.Name, e.Token}
-		if hd, ok := holders[k]; ok {
-			add(VTokenShared, e.Name, "token %d acquired by %s and again by %s", e.Token, hd, e.Holder)
+		if a, ok := holders[k]; ok {
+			add(VTokenShared, e.Name, "token %d acquired by %s and again by %s", e.Token, a.Holder, e.Holder)
 			continue
 		}
-		holders[k] = e.Holder
+		holders[k] = e
 		byName[e.Name] = append(byName[e.Name], e)
 	}
 	for _, name := range sortedKeys(byName) {
@@ -195,10 +195,11 @@ func checkOutcomes(events []record.Event, byOp map[string][]record.Write, add fu
 	}
 }
 
-// checkSemaphore checks that at no instant more permits were writing than
-// the semaphore has: a permit writes from its first accepted write to its
-// last, and each accepted write happened while Spanner held the permit live.
-func checkSemaphore(name string, ws []record.Write, permits int64, add func(kind, name, format string, args ...any)) {
+// checkSemaphore checks that at no instant more permits were in use than
+// the semaphore has. A permit is in use from its acquisition's commit to its
+// last accepted write: Guard found its session live then, and a session
+// that expires never comes back, so Spanner held it live all along.
+func checkSemaphore(name string, ws []record.Write, acquired map[acqKey]record.Event, permits int64, add func(kind, name, format string, args ...any)) {
 	type span struct {
 		token       int64
 		holder      string
@@ -209,31 +210,52 @@ func checkSemaphore(name string, ws []record.Write, permits int64, add func(kind
 		s := spans[w.Token]
 		if s == nil {
 			s = &span{token: w.Token, holder: w.Holder, first: w.CommittedAt}
+			if a, ok := acquired[acqKey{name, w.Token}]; ok && a.Commit.Before(s.first) {
+				s.first = a.Commit
+			}
 			spans[w.Token] = s
 		}
 		s.last = w.CommittedAt
 	}
-	// Sweep the writes in commit order, keeping the permits whose span
-	// covers the current write.
+	// Sweep span starts and ends in time order (at a tie, starts first:
+	// spans are closed), counting the permits in use.
+	type edge struct {
+		at    time.Time
+		start bool
+		s     *span
+	}
+	var edges []edge
+	for _, s := range spans {
+		edges = append(edges, edge{s.first, true, s}, edge{s.last, false, s})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if !edges[i].at.Equal(edges[j].at) {
+			return edges[i].at.Before(edges[j].at)
+		}
+		if edges[i].start != edges[j].start {
+			return edges[i].start
+		}
+		return edges[i].s.token < edges[j].s.token
+	})
 	open := map[int64]*span{}
 	reported := false
-	for _, w := range ws {
-		for t, s := range open {
-			if s.last.Before(w.CommittedAt) {
-				delete(open, t)
+	for _, e := range edges {
+		if !e.start {
+			delete(open, e.s.token)
+			if int64(len(open)) <= permits {
+				reported = false
 			}
+			continue
 		}
-		open[w.Token] = spans[w.Token]
+		open[e.s.token] = e.s
 		if int64(len(open)) > permits && !reported {
 			var who []string
 			for _, t := range sortedKeys(open) {
 				s := open[t]
 				who = append(who, fmt.Sprintf("token %d (%s, %s..%s)", t, s.holder, stamp(s.first), stamp(s.last)))
 			}
-			add(VOversubscribed, name, "%d permits wrote concurrently, limit %d: %s", len(open), permits, strings.Join(who, "; "))
+			add(VOversubscribed, name, "%d permits in use at once, limit %d: %s", len(open), permits, strings.Join(who, "; "))
 			reported = true // one report per burst
-		} else if int64(len(open)) <= permits {
-			reported = false
 		}
 	}
 }

@@ -189,3 +189,17 @@ func TestCheckerCatchesAWriteUnderATokenNeverAcquired(t *testing.T) {
 		write("w2/1", "w2", "lock-0", 1, 20, 1).h
 	expect(t, h, VUnacquired, VTokenShared)
 }
+
+func TestCheckerCountsAPermitFromItsAcquisition(t *testing.T) {
+	// w3's permit is in use from its acquisition at 15, while w1's and
+	// w2's are, though its only write comes after theirs ended.
+	h := newHist().
+		acquire("w1", "sem", 1, 0).
+		acquire("w2", "sem", 2, 1).
+		acquire("w3", "sem", 3, 15).
+		write("w1/1", "w1", "sem", 1, 10, 0).
+		write("w2/1", "w2", "sem", 2, 20, 1).
+		write("w1/2", "w1", "sem", 1, 30, 2).
+		write("w3/1", "w3", "sem", 3, 45, 3).h
+	expect(t, h, VOversubscribed)
+}

@@ -54,6 +54,9 @@ type Fault struct {
 type nemesis struct {
 	r   *runner
 	rng *rand.Rand
+	// pauses counts pause points, which alternate between locks and
+	// permits when there is a semaphore.
+	pauses int
 }
 
 // schedule runs nemeses one after another, with gaps, until end. Every
@@ -84,18 +87,15 @@ func (n *nemesis) schedule(ctx context.Context, end time.Time) {
 }
 
 // target picks a slot holding something when there is one.
-func (n *nemesis) target(wantLock bool) *slot {
+func (n *nemesis) target() *slot {
 	var holders, alive []*slot
 	for _, s := range n.r.slots {
 		if cmd, _ := s.current(); cmd == nil {
 			continue
 		}
 		alive = append(alive, s)
-		for name := range s.holding() {
-			if !wantLock || name != n.r.semaphore {
-				holders = append(holders, s)
-				break
-			}
+		if len(s.holding()) > 0 {
+			holders = append(holders, s)
 		}
 	}
 	switch {
@@ -109,7 +109,7 @@ func (n *nemesis) target(wantLock bool) *slot {
 
 func (n *nemesis) run(ctx context.Context, kind string, end time.Time) {
 	ttl := n.r.cfg.TTL
-	s := n.target(kind == NPausePoint)
+	s := n.target()
 	if s == nil {
 		return
 	}
@@ -164,7 +164,7 @@ func (n *nemesis) run(ctx context.Context, kind string, end time.Time) {
 		s.proxy.Hold(false)
 		f.Duration, f.Detail = d, how+", holding "+held
 	case NAmbiguous:
-		if err := s.signal(syscall.SIGUSR2); err != nil {
+		if err := s.command("ambiguous"); err != nil {
 			return
 		}
 		f.Detail = "next successful Commit reported as DEADLINE_EXCEEDED, holding " + held
@@ -179,11 +179,16 @@ func (n *nemesis) run(ctx context.Context, kind string, end time.Time) {
 // after the rival's.
 func (n *nemesis) pausePoint(ctx context.Context, s *slot, f *Fault) {
 	ttl := n.r.cfg.TTL
+	kind := "lock"
+	if n.r.semaphore != "" && n.pauses%2 == 1 {
+		kind = "sem"
+	}
+	n.pauses++
 	wait := make(chan stopNote, 1)
 	s.mu.Lock()
 	s.waiter = wait
 	s.mu.Unlock()
-	if err := s.signal(syscall.SIGUSR1); err != nil {
+	if err := s.command("pause " + kind); err != nil {
 		return
 	}
 	var note stopNote
@@ -193,7 +198,7 @@ func (n *nemesis) pausePoint(ctx context.Context, s *slot, f *Fault) {
 		s.mu.Lock()
 		s.waiter = nil
 		s.mu.Unlock()
-		f.Detail = "armed, but the worker made no guarded write with a fresh lease in time (it will stop at its next one)"
+		f.Detail = "armed for a " + kind + ", but the worker made no guarded write with a fresh one in time (it will stop at its next)"
 		return
 	case <-ctx.Done():
 		return

@@ -223,6 +223,19 @@ func (s *slot) signal(sig syscall.Signal) error {
 	return cmd.Process.Signal(sig)
 }
 
+// command sends a worker a command line ("pause lock", "ambiguous").
+func (s *slot) command(cmd string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.exited:
+		return fmt.Errorf("slot %d has no process", s.idx)
+	default:
+	}
+	_, err := io.WriteString(s.stdin, cmd+"\n")
+	return err
+}
+
 // release lets a worker waiting at the start barrier go, telling it when
 // the run ends.
 func (s *slot) release(until time.Time) error {

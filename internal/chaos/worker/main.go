@@ -13,10 +13,11 @@
 // Protocol with the driver: it prints READY once connected and, with
 // -barrier, waits for a line on stdin before starting, so that all workers
 // start in the same instant; it prints "HOLD name token" and "FREE name
-// token" as leases begin and end; SIGUSR1 arms a pause point (the next
-// guarded write of a fresh lease stops the process with SIGSTOP right after
-// Guard, printing "STOPPING name token op" first); SIGUSR2 makes the next
-// successful Commit report DEADLINE_EXCEEDED (an ambiguous commit).
+// token" as leases begin and end. Commands on stdin: "pause lock" or "pause
+// sem" arms a pause point (the next guarded write of a fresh lock, or
+// permit, stops the process with SIGSTOP right after Guard, printing
+// "STOPPING name token op" first); "ambiguous" makes the next successful
+// Commit report DEADLINE_EXCEEDED (an ambiguous commit).
 package main
 
 import (
@@ -28,7 +29,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,9 +99,10 @@ type worker struct {
 	outMu sync.Mutex
 	ops   int
 
-	// armed is set by SIGUSR1: pause at the next guarded write.
-	armed atomic.Bool
-	// ambiguousNext is set by SIGUSR2: fail the next successful Commit.
+	// armedLock and armedSem are set by "pause lock" and "pause sem":
+	// pause at the next guarded write of that kind.
+	armedLock, armedSem atomic.Bool
+	// ambiguousNext is set by "ambiguous": fail the next successful Commit.
 	ambiguousNext atomic.Bool
 }
 
@@ -121,19 +122,6 @@ func run(cfg config) error {
 	defer func() { _ = l.Close() }()
 	w := &worker{cfg: cfg, log: l, rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15))}
 	l.Append(record.Event{Ev: record.EvStart, Detail: build})
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
-	go func() {
-		for s := range sigs {
-			switch s {
-			case syscall.SIGUSR1:
-				w.armed.Store(true)
-			case syscall.SIGUSR2:
-				w.ambiguousNext.Store(true)
-			}
-		}
-	}()
 
 	ctx := context.Background()
 	pool := spanner.DefaultSessionPoolConfig
@@ -162,9 +150,10 @@ func run(cfg config) error {
 		return fmt.Errorf("warm-up read: %w", err)
 	}
 	w.say("READY")
+	stdin := bufio.NewReader(os.Stdin)
 	if cfg.barrier {
 		// The release line is "go <end of run in Unix nanoseconds>".
-		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		line, err := stdin.ReadString('\n')
 		if err != nil {
 			return fmt.Errorf("waiting at the start barrier: %w", err)
 		}
@@ -174,6 +163,7 @@ func run(cfg config) error {
 		}
 		w.cfg.until = time.Unix(0, until)
 	}
+	go w.commands(stdin)
 
 	first := cfg.first
 	for time.Now().Before(w.cfg.until) {
@@ -276,7 +266,7 @@ func (w *worker) write(l *lease.Lease, name string, sem bool) string {
 	// Context would end on waking and cancel the commit, hiding a fence
 	// that lets the stale write through.
 	base := context.Background()
-	if !w.armed.Load() && w.float() < 0.5 {
+	if !w.armed(sem).Load() && w.float() < 0.5 {
 		base = l.Context()
 	}
 	ctx, cancel := context.WithTimeout(base, 3*w.cfg.ttl)
@@ -310,7 +300,7 @@ func (w *worker) write(l *lease.Lease, name string, sem bool) string {
 			if err := l.Guard(ctx, tx); err != nil {
 				return err
 			}
-			w.pausePoint(l, name, op)
+			w.pausePoint(l, name, op, sem)
 			if sem {
 				var err error
 				if prev, err = readCounter(ctx, tx, name); err != nil {
@@ -345,13 +335,39 @@ func (w *worker) write(l *lease.Lease, name string, sem bool) string {
 // guarded transaction right after Guard passed: the classic pause between
 // a check and the write it allows. Only a fresh lease qualifies, so the
 // driver can confirm that the worker held it when it stopped.
-func (w *worker) pausePoint(l *lease.Lease, name, op string) {
-	if !w.armed.Load() || time.Until(l.Deadline()) < w.cfg.ttl/2 || !w.armed.CompareAndSwap(true, false) {
+func (w *worker) pausePoint(l *lease.Lease, name, op string, sem bool) {
+	armed := w.armed(sem)
+	if !armed.Load() || time.Until(l.Deadline()) < w.cfg.ttl/2 || !armed.CompareAndSwap(true, false) {
 		return
 	}
 	w.log.Append(record.Event{Ev: record.EvFault, Fault: record.FaultPausePoint, Name: name, Token: l.Token(), Op: op})
 	w.say("STOPPING %s %d %s", name, l.Token(), op)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+}
+
+func (w *worker) armed(sem bool) *atomic.Bool {
+	if sem {
+		return &w.armedSem
+	}
+	return &w.armedLock
+}
+
+// commands follows the driver's commands on stdin until it closes.
+func (w *worker) commands(r *bufio.Reader) {
+	for {
+		line, err := r.ReadString('\n')
+		switch strings.TrimSpace(line) {
+		case "pause lock":
+			w.armedLock.Store(true)
+		case "pause sem":
+			w.armedSem.Store(true)
+		case "ambiguous":
+			w.ambiguousNext.Store(true)
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func readCounter(ctx context.Context, tx *spanner.ReadWriteTransaction, name string) (int64, error) {

@@ -158,33 +158,31 @@ func pauseVerified(res *Result) bool {
 	return false
 }
 
-// startedTogether checks that the n workers released at once each began by
-// acquiring lock-0, a name no one had held, and that its first n tokens went
-// to n different holders (spindle gave two of them the lock).
+// startedTogether checks that the case happened: the n workers released at
+// once each began by acquiring lock-0, a name no one had held (a worker
+// killed before it acquired anything excepted). That each token went to
+// one holder only, and in order, is the checker's to say: spindle gave two
+// contenders the lock here.
 func startedTogether(res *Result, n int) error {
 	first := map[string]record.Event{}
-	byToken := map[int64]string{}
 	for _, e := range res.History.Events {
-		if e.Ev != record.EvAcquired {
-			continue
-		}
-		if f, ok := first[e.Holder]; !ok || e.T.Before(f.T) {
+		if f, ok := first[e.Holder]; e.Ev == record.EvAcquired && (!ok || e.T.Before(f.T)) {
 			first[e.Holder] = e
 		}
-		if e.Name == "lock-0" {
-			byToken[e.Token] = e.Holder
-		}
 	}
-	holders := map[string]bool{}
+	onLock0 := 0
 	for i := range n {
 		h := fmt.Sprintf("w%d.0", i)
-		if f, ok := first[h]; !ok || f.Name != "lock-0" {
-			return fmt.Errorf("%s's first acquisition was %+v, want lock-0", h, f)
+		f, ok := first[h]
+		if ok && f.Name != "lock-0" {
+			return fmt.Errorf("%s's first acquisition was %s, want lock-0", h, f.Name)
 		}
-		holders[byToken[int64(i+1)]] = true
+		if ok {
+			onLock0++
+		}
 	}
-	if len(holders) != n || holders[""] {
-		return fmt.Errorf("lock-0's tokens 1..%d went to %v", n, holders)
+	if onLock0 < 2 {
+		return fmt.Errorf("only %d of the %d workers acquired lock-0 first", onLock0, n)
 	}
 	return nil
 }

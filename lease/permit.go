@@ -153,12 +153,23 @@ func (c *Client) acquireSlotIn(ctx context.Context, sess *session, name string, 
 		}
 		token = s.next.Int64
 		wrote = true
-		return tx.BufferWrite([]*spanner.Mutation{
-			spanner.Update(c.sql.table, []string{"name", "token"}, []any{name, token + 1}),
-			spanner.InsertOrUpdate(c.sql.permits,
-				[]string{"name", "slot", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload", "high_water"},
-				[]any{name, slot, token, c.cfg.holderID, sess.id, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload, highWater}),
-		})
+		// Reap every expired permit: Guard on a permit reads only its own
+		// row, so a grant in another slot would not conflict with a stale
+		// holder's guarded write still in flight, and both could commit.
+		// Writing the expired rows makes any such write conflict with this
+		// grant, so Spanner orders it before the grant or aborts it. Their
+		// high-water marks move onto the row as the session link goes.
+		writes := []*spanner.Mutation{spanner.Update(c.sql.table, []string{"name", "token"}, []any{name, token + 1})}
+		for _, r := range s.slots {
+			if !r.live && r.sessionID.Valid {
+				writes = append(writes, spanner.Update(c.sql.permits,
+					[]string{"name", "slot", "session_id", "high_water"}, []any{name, r.slot, nil, nullTime(r.notBefore())}))
+			}
+		}
+		writes = append(writes, spanner.InsertOrUpdate(c.sql.permits,
+			[]string{"name", "slot", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload", "high_water"},
+			[]any{name, slot, token, c.cfg.holderID, sess.id, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload, highWater}))
+		return tx.BufferWrite(writes)
 	}, spanner.TransactionOptions{TransactionTag: "spannerlock-acquire-permit"})
 
 	acquiredAt := resp.CommitTs
@@ -253,4 +264,9 @@ func (w *waiter) untilSlotFree(ctx context.Context, s semaphoreState, p slotPoli
 			return nil
 		}
 	}
+}
+
+// nullTime is a TIMESTAMP parameter that is NULL for the zero time.
+func nullTime(t time.Time) spanner.NullTime {
+	return spanner.NullTime{Time: t, Valid: !t.IsZero()}
 }

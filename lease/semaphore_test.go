@@ -259,3 +259,64 @@ func TestReleaseWakesAPermitWaiter(t *testing.T) {
 	fatalIf(t, first.Release(ctx), "Release")
 	fatalIf(t, <-got, "AcquirePermit after Release")
 }
+
+// Guard on a permit reads only its own row; a grant in another slot must
+// still conflict with a stale holder's guarded write. It does because the
+// granting transaction writes every expired permit row (clearing its
+// session, keeping its worker-ID mark). The emulator runs one transaction at
+// a time, so the race itself cannot happen here: this checks the writes.
+func TestGrantReapsExpiredPermits(t *testing.T) {
+	ctx := emulator.Context(t)
+	db := newDatabase(t)
+	fatalIf(t, newClient(t, db).SetPermits(ctx, "s", 2), "SetPermits")
+	deadSC := emulator.Client(t, db)
+	dead := newClientWith(t, deadSC, lease.WithTTL(time.Second))
+	first, err := dead.TryAcquirePermit(ctx, "s") // slot 0
+	fatalIf(t, err, "first permit")
+	second, err := dead.TryAcquirePermit(ctx, "s") // slot 1
+	fatalIf(t, err, "second permit")
+	fatalIf(t, first.Release(ctx), "release slot 0")
+	deadSC.Close() // slot 1's holder stops renewing
+	waitDone(t, second.Context(), "the dead holder's permit")
+	watcher := newClient(t, db)
+	for { // the holder's Context ends a safety margin before Spanner's expiry
+		s, err := watcher.Semaphore(ctx, "s")
+		fatalIf(t, err, "Semaphore")
+		if s.InUse() == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	sc := emulator.Client(t, db)
+	var before spanner.NullTime
+	r, err := sc.Single().ReadRow(ctx, "locks_sessions", spanner.Key{sessionOf(t, ctx, sc, "s", 1)}, []string{"high_water"})
+	fatalIf(t, err, "read the dead session")
+	fatalIf(t, r.Column(0, &before), "decode")
+
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := newClient(t, db).AcquirePermit(short, "s"); err != nil { // takes slot 0, reaps slot 1
+		t.Fatalf("AcquirePermit: %v", err)
+	}
+	r, err = sc.Single().ReadRow(ctx, "locks_permits", spanner.Key{"s", int64(1)}, []string{"session_id", "high_water"})
+	fatalIf(t, err, "read slot 1")
+	var session spanner.NullString
+	var mark spanner.NullTime
+	fatalIf(t, r.Columns(&session, &mark), "decode slot 1")
+	if session.Valid {
+		t.Fatalf("the expired permit in slot 1 still names session %q after a grant in slot 0", session.StringVal)
+	}
+	if !mark.Valid || mark.Time.Before(before.Time) {
+		t.Fatalf("slot 1's high-water mark %v is below its dead session's %v: a worker ID could go back in time", mark, before)
+	}
+}
+
+func sessionOf(t *testing.T, ctx context.Context, sc *spanner.Client, name string, slot int64) string {
+	t.Helper()
+	r, err := sc.Single().ReadRow(ctx, "locks_permits", spanner.Key{name, slot}, []string{"session_id"})
+	fatalIf(t, err, "read permit")
+	var s string
+	fatalIf(t, r.Column(0, &s), "decode permit")
+	return s
+}

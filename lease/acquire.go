@@ -106,8 +106,26 @@ func (c *Client) acquireLock(ctx context.Context, s *session, name string, cfg a
 		creating bool
 		blocker  row
 	)
+	known := c.knows(name)
 	resp, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
 		sent, wrote, creating = time.Now(), false, false
+		if !known {
+			// A name this Client has not seen is usually new: inserting it
+			// first is then the whole acquisition (one statement, the
+			// schema's default picking the token). An existing row is left
+			// alone and read below. This Client's session has not been read,
+			// so its local state stands in: live unless it ended.
+			created, _, _ := s.state()
+			inserted, err := c.insertFirstRow(ctx, tx, s, name, cfg, &token)
+			if err != nil {
+				return err
+			}
+			if inserted {
+				creating, err = c.joinSession(tx, s, spanner.NullBool{Bool: created, Valid: created}, sent)
+				wrote = err == nil
+				return err
+			}
+		}
 		r, err := readRow(ctx, tx, c.sql, name, s.id)
 		switch {
 		case err != nil:
@@ -128,11 +146,9 @@ func (c *Client) acquireLock(ctx context.Context, s *session, name string, cfg a
 			return err
 		}
 		if !r.found {
-			// The name's first row: the schema's default picks the token.
-			err := tx.Query(ctx, spanner.Statement{SQL: c.sql.insert, Params: map[string]any{
-				"name": name, "holder": c.cfg.holderID, "session": s.id, "ttl": c.cfg.ttl.Milliseconds(), "payload": cfg.payload,
-			}}).Do(func(sr *spanner.Row) error { return sr.Column(0, &token) })
-			wrote = err == nil
+			// Deleted by cleanup since this Client saw it: a first row again.
+			inserted, err := c.insertFirstRow(ctx, tx, s, name, cfg, &token)
+			wrote = inserted
 			return err
 		}
 		token = r.token.Int64 + 1
@@ -146,6 +162,7 @@ func (c *Client) acquireLock(ctx context.Context, s *session, name string, cfg a
 	acquiredAt := resp.CommitTs
 	switch {
 	case errors.Is(err, errHeld):
+		c.remember(name)
 		return nil, blocker, &HeldError{Holder: blocker.holder()}
 	case err != nil && wrote:
 		// The commit may have happened (DEADLINE_EXCEEDED or UNAVAILABLE on
@@ -164,8 +181,43 @@ func (c *Client) acquireLock(ctx context.Context, s *session, name string, cfg a
 	if creating {
 		s.extend(sent, true)
 	}
+	c.remember(name)
 	c.log.Debug("acquired", "name", name, "token", token)
 	return newLease(s, name, lockSlot, token, cfg.payload, acquiredAt), row{}, nil
+}
+
+// insertFirstRow inserts the first row of name unless one exists, and
+// reports whether it did; token is then the schema's default.
+func (c *Client) insertFirstRow(ctx context.Context, tx *spanner.ReadWriteTransaction, s *session, name string, cfg acquireConfig, token *int64) (bool, error) {
+	inserted := false
+	err := tx.Query(ctx, spanner.Statement{SQL: c.sql.insert, Params: map[string]any{
+		"name": name, "holder": c.cfg.holderID, "session": s.id, "ttl": c.cfg.ttl.Milliseconds(), "payload": cfg.payload,
+	}}).Do(func(sr *spanner.Row) error {
+		inserted = true
+		return sr.Column(0, token)
+	})
+	return inserted, err
+}
+
+// maxKnownNames bounds the memory of names a Client has seen exist; past
+// it the Client forgets them all, at the cost of one statement each later.
+const maxKnownNames = 10000
+
+// knows reports whether name's row existed when this Client last looked.
+func (c *Client) knows(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.known[name]
+	return ok
+}
+
+func (c *Client) remember(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.known) >= maxKnownNames {
+		clear(c.known)
+	}
+	c.known[name] = struct{}{}
 }
 
 // reserve claims name for one acquisition by this Client. It returns a

@@ -38,6 +38,9 @@ type Client struct {
 	names map[string]*nameState
 	// permits are the semaphore permits and worker IDs this Client holds.
 	permits map[slotKey]*Lease
+	// known are lock names whose rows exist, so acquisitions of them skip
+	// the attempt to insert a first row.
+	known   map[string]struct{}
 	keeping bool
 	keeper  sync.WaitGroup
 }
@@ -80,6 +83,7 @@ func NewClient(db *spanner.Client, table string, opts ...Option) (*Client, error
 		stop:         stop,
 		names:        map[string]*nameState{},
 		permits:      map[slotKey]*Lease{},
+		known:        map[string]struct{}{},
 	}
 	c.sess = newSession(c)
 	c.log = cfg.logger.With("table", table, "holder_id", cfg.holderID)

@@ -33,7 +33,10 @@
 // judges expiry by the holder's TTL, not its own.
 //
 // One transaction per acquisition. Acquiring a free or expired lease is one
-// read-write transaction (two RPCs). Releasing is one more.
+// read-write transaction of two RPCs, whether the name is new (the schema
+// picks its first token) or known; the first acquisition by a Client of a
+// name that already exists costs one more statement, once. Releasing is one
+// more transaction.
 //
 // One session per Client. Every lease a Client holds names its session, one
 // row that is renewed once per renewal interval for all of them: two RPCs

@@ -47,8 +47,8 @@ type statements struct {
 	// selectSemaphore reads a semaphore or worker pool: its parent row and
 	// every permit row, in one query.
 	selectSemaphore string
-	// insert creates a name's first row; the schema's default decides its
-	// token (1, or the commit clock under cleanup).
+	// insert creates a name's first row unless it exists; the schema's
+	// default decides its token (1, or the commit clock under cleanup).
 	insert       string
 	insertParent string
 	// renew reads, for one session, whether it is live and which of the
@@ -95,7 +95,7 @@ func newStatements(table string) statements {
 			CURRENT_TIMESTAMP() AS now, %s
 			FROM (SELECT 1) AS one LEFT JOIN %s AS parent ON parent.name = @name`,
 			sessionExpires("sess"), leaseLive("p", "sess"), p, s, self, t),
-		insert: fmt.Sprintf(`INSERT INTO %s (name, holder_id, session_id, ttl_ms, acquired_at, renewed_at, payload)
+		insert: fmt.Sprintf(`INSERT OR IGNORE INTO %s (name, holder_id, session_id, ttl_ms, acquired_at, renewed_at, payload)
 			VALUES (@name, @holder, @session, @ttl, PENDING_COMMIT_TIMESTAMP(), PENDING_COMMIT_TIMESTAMP(), @payload)
 			THEN RETURN token`, t),
 		insertParent: fmt.Sprintf(`INSERT INTO %s (name, kind, permits) VALUES (@name, @kind, @permits) THEN RETURN token`, t),

@@ -121,6 +121,15 @@ func (b *bench) hold(lib string, n int, window, settle time.Duration) (holdResul
 
 // holders measures processes holding 1 and 100 leases, for both libraries.
 func (b *bench) holders() error {
+	// A process with a spanner.Client and a lease.Client that holds nothing:
+	// the CPU every process pays before holding anything.
+	base, err := b.hold("spannerlock", 0, b.window, 2*time.Second)
+	if err != nil {
+		b.results.note("idle holder process: %v", err)
+	} else {
+		b.baseCPU = base.cpu
+		b.describeHold(base)
+	}
 	res := map[string]map[int]holdResult{"spannerlock": {}, "spindle": {}}
 	for _, n := range []int{1, 100} {
 		for _, lib := range []string{"spannerlock", "spindle"} {
@@ -150,7 +159,7 @@ func (b *bench) holders() error {
 	b.sp100 = sp.rps
 	b.results.row(resultRow{
 		measure: fmt.Sprintf("CPU of a process holding 100 leases, TTL %s (share of one core)", b.steadyTTL), target: "—",
-		sl: pct(sl.cpu), slv: sl.cpu, sp: pct(sp.cpu), spv: sp.cpu,
+		sl: b.cpuCell(sl.cpu), slv: sl.cpu, sp: pct(sp.cpu), spv: sp.cpu,
 	})
 	return nil
 }
@@ -174,7 +183,7 @@ func (b *bench) largeHolder() error {
 	})
 	b.results.row(resultRow{
 		measure: fmt.Sprintf("CPU of a process holding %s leases, TTL %s, over %s (share of one core)", n, b.steadyTTL, b.window10k), target: "< 5%",
-		sl: pct(r.cpu), slv: r.cpu, spv: math.NaN(), met: met(r.cpu < 0.05),
+		sl: b.cpuCell(r.cpu), slv: r.cpu, spv: math.NaN(), met: met(r.cpu < 0.05),
 	})
 	b.results.row(resultRow{
 		measure: fmt.Sprintf("memory of a process holding %s leases: RSS / live Go heap", n), target: "—",
@@ -202,8 +211,21 @@ func (b *bench) largeHolder() error {
 	return nil
 }
 
+// cpuCell shows a holder's CPU next to that of a process holding nothing.
+func (b *bench) cpuCell(cpu float64) string {
+	if b.baseCPU == 0 {
+		return pct(cpu)
+	}
+	return fmt.Sprintf("%s (a process holding nothing: %s)", pct(cpu), pct(b.baseCPU))
+}
+
 func (b *bench) describeHold(r holdResult) {
 	if math.IsNaN(r.rps) {
+		return
+	}
+	if r.n == 0 {
+		b.results.detail("A process with a spanner.Client and a lease.Client holding nothing, over %s: %d RPCs, CPU %s of a core, RSS %s, live heap after GC %s, %d goroutines: "+
+			"the baseline of every holder process below.", r.window, r.rpc.total(), pct(r.cpu), mb(r.rss), mb(r.heapLive), r.goroutines)
 		return
 	}
 	b.results.detail("%s holding %d lease%s (TTL %s), over %s: %d RPCs = %s RPC/s (%s), %d aborted; %d successful commits; "+

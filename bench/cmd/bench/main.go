@@ -76,6 +76,8 @@ type bench struct {
 	idleSince time.Time
 	// sp100 is the RPC/s of spindle holding 100 locks, from the holders phase.
 	sp100 float64
+	// baseCPU is the CPU share of a holder process that holds nothing.
+	baseCPU float64
 }
 
 func main() {

@@ -55,7 +55,7 @@ func (b *bench) spannerlockAcquisitions() error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx := b.ctx
 
 	type sample struct {
@@ -115,19 +115,27 @@ func (b *bench) spannerlockAcquisitions() error {
 		}
 		releases = append(releases, s)
 	}
-	for i := range b.nAcq {
-		var l *lease.Lease
-		s, err := measure(func() (err error) {
-			l, err = c.TryAcquire(ctx, fmt.Sprintf("acq-%03d", i))
-			return err
-		})
-		if err != nil {
-			return err
+	// acquireReleased acquires and releases again each name released above.
+	acquireReleased := func(by *lease.Client) ([]sample, error) {
+		var out []sample
+		for i := range b.nAcq {
+			var l *lease.Lease
+			s, err := measure(func() (err error) {
+				l, err = by.TryAcquire(ctx, fmt.Sprintf("acq-%03d", i))
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+			if err := l.Release(ctx); err != nil {
+				return nil, err
+			}
 		}
-		released = append(released, s)
-		if err := l.Release(ctx); err != nil {
-			return err
-		}
+		return out, nil
+	}
+	if released, err = acquireReleased(c); err != nil {
+		return err
 	}
 
 	// A name whose holder died: a child acquires it and is SIGKILLed; we
@@ -146,21 +154,10 @@ func (b *bench) spannerlockAcquisitions() error {
 	if err != nil {
 		return err
 	}
-	defer newcomer.Close()
-	var firstContact []sample
-	for i := range b.nAcq {
-		var l *lease.Lease
-		s, err := measure(func() (err error) {
-			l, err = newcomer.TryAcquire(ctx, fmt.Sprintf("acq-%03d", i))
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		firstContact = append(firstContact, s)
-		if err := l.Release(ctx); err != nil {
-			return err
-		}
+	defer func() { _ = newcomer.Close() }()
+	firstContact, err := acquireReleased(newcomer)
+	if err != nil {
+		return err
 	}
 
 	fr, fl, fa, fm := summarize(fresh)

@@ -284,7 +284,7 @@ func (p *childProc) spannerlock(f []string) error {
 }
 
 func (p *childProc) spindleLogger(onGot, onLead func()) *log.Logger {
-	var w io.Writer = io.Discard
+	w := io.Discard
 	if p.verbose {
 		w = os.Stderr
 	}

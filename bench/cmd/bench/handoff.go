@@ -89,12 +89,12 @@ func (b *bench) inProcessHandoff() ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer holder.Close()
+	defer func() { _ = holder.Close() }()
 	waiter, err := lease.NewClient(sc, slTable, lease.WithTTL(b.steadyTTL), lease.WithLogger(quietLogger()))
 	if err != nil {
 		return nil, err
 	}
-	defer waiter.Close()
+	defer func() { _ = waiter.Close() }()
 	var out []float64
 	for i := range b.nHandoff {
 		name := fmt.Sprintf("inproc-%d", i)

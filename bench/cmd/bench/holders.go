@@ -86,7 +86,7 @@ func (b *bench) hold(lib string, n int, window, settle time.Duration) (holdResul
 
 	time.Sleep(settle)
 	emuPID := emulatorPID(b.emu.Host())
-	e0, _ := cpuTicks(emuPID)
+	e0 := cpuTicks(emuPID)
 	mb0, mt0 := machineCPU()
 	a, err := c.stats(false)
 	if err != nil {
@@ -97,7 +97,7 @@ func (b *bench) hold(lib string, n int, window, settle time.Duration) (holdResul
 	if err != nil {
 		return r, err
 	}
-	e1, _ := cpuTicks(emuPID)
+	e1 := cpuTicks(emuPID)
 	mb1, mt1 := machineCPU()
 	g, err := c.stats(true)
 	if err != nil {

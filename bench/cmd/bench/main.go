@@ -121,7 +121,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }()
 	// The spanner client prints a banner per client unless told not to.
 	_ = os.Setenv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS", "true")
 	ctx := context.Background()
@@ -133,7 +133,7 @@ func run(c config) error {
 	}
 	defer func() { _ = emu.Stop() }()
 	b := &bench{config: c, ctx: ctx, emu: emu, log: logf, results: newResults(c, start)}
-	b.results.env = environment(emu)
+	b.results.env = environment()
 	progress("emulator %s on %s; logs in %s", b.results.env.emulator, emu.Host(), c.logPath)
 
 	idle, err := b.startIdle()

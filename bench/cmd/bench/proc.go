@@ -75,7 +75,7 @@ func (b *bench) startChild(label string, o childOpts) (*child, error) {
 		for sc.Scan() {
 			var e event
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				fmt.Fprintf(b.log, "%s: stdout: %s\n", label, sc.Text())
+				_, _ = fmt.Fprintf(b.log, "%s: stdout: %s\n", label, sc.Text())
 				continue
 			}
 			c.events <- e

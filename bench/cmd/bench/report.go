@@ -139,7 +139,7 @@ type env struct {
 	loadStart, loadEnd          string
 }
 
-func environment(emu *emulator.Emulator) env {
+func environment() env {
 	e := env{goVersion: runtime.Version(), cpuModel: cpuModel(), loadStart: loadavg(), emulator: "unknown version"}
 	if bin, err := emulator.Binary(); err == nil {
 		e.emulatorBin = bin
@@ -276,32 +276,30 @@ func list(xs []float64, f func(float64) string) string {
 	return strings.Join(parts, ", ")
 }
 
-func secs(d time.Duration) float64 { return d.Seconds() }
-
 func ms(x float64) string { return fmt.Sprintf("%.0f ms", x*1000) }
 
 func nanosToDur(n int64) time.Duration { return time.Duration(n) }
 
 // cpuTicks reads user+system time of process pid from /proc, in clock ticks
-// of 10 ms (USER_HZ is 100 on Linux).
-func cpuTicks(pid int) (int64, bool) {
+// of 10 ms (USER_HZ is 100 on Linux); 0 when it cannot be read.
+func cpuTicks(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, false
+		return 0
 	}
 	// The command name may contain spaces; fields start after the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, false
+		return 0
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
-		return 0, false
+		return 0
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return ut + st, true
+	return ut + st
 }
 
 // emulatorPID finds the emulator process serving host.

@@ -166,23 +166,6 @@ func (s rpcStats) sub(before rpcStats) rpcStats {
 	return d
 }
 
-// add returns the sum of two snapshots.
-func (s rpcStats) add(o rpcStats) rpcStats {
-	d := newRPCStats()
-	for _, p := range []struct{ dst, a, b map[string]int64 }{
-		{d.Calls, s.Calls, o.Calls}, {d.Session, s.Session, o.Session},
-		{d.Tags, s.Tags, o.Tags}, {d.Errors, s.Errors, o.Errors},
-	} {
-		for k, v := range p.a {
-			p.dst[k] += v
-		}
-		for k, v := range p.b {
-			p.dst[k] += v
-		}
-	}
-	return d
-}
-
 // total is every RPC except session management.
 func (s rpcStats) total() int64 {
 	var n int64

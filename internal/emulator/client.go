@@ -3,6 +3,7 @@ package emulator
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"cloud.google.com/go/spanner"
 	"google.golang.org/api/option"
@@ -19,6 +20,7 @@ func (e *Emulator) NewClient(ctx context.Context, db string, opts ...option.Clie
 	if err := e.checkDatabase(db); err != nil {
 		return nil, err
 	}
+	QuietClientBanner()
 	pool := spanner.DefaultSessionPoolConfig
 	pool.MinOpened = 1
 	cfg := spanner.ClientConfig{
@@ -33,4 +35,15 @@ func (e *Emulator) NewClient(ctx context.Context, db string, opts ...option.Clie
 		return nil, fmt.Errorf("creating spanner client for %s on emulator %s: %w", db, e.host, err)
 	}
 	return c, nil
+}
+
+// QuietClientBanner stops the spanner client from printing its 15-line
+// options banner for every client it creates, in this process and in the
+// processes it starts; an explicit GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS
+// is respected.
+func QuietClientBanner() {
+	const env = "GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS"
+	if _, set := os.LookupEnv(env); !set {
+		_ = os.Setenv(env, "true")
+	}
 }

@@ -44,11 +44,8 @@ var shared struct {
 // the reason, or fail when CI=true. It stops what it started after the tests,
 // also on SIGINT/SIGTERM, and exits with the tests' status.
 func Main(m *testing.M) {
-	// The spanner client prints a 15-line banner per client by default,
-	// drowning test logs; an explicit setting is respected.
-	if _, set := os.LookupEnv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS"); !set {
-		_ = os.Setenv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS", "true")
-	}
+	// Code under test (the provider) builds its own clients too.
+	QuietClientBanner()
 	ctx, cancel := context.WithTimeout(context.Background(), mainStartTimeout)
 	shared.emu, shared.err = startShared(ctx)
 	cancel()

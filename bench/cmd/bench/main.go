@@ -122,8 +122,7 @@ func run(c config) error {
 		return err
 	}
 	defer func() { _ = logf.Close() }()
-	// The spanner client prints a banner per client unless told not to.
-	_ = os.Setenv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS", "true")
+	emulator.QuietClientBanner()
 	ctx := context.Background()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	emu, err := emulator.Start(sctx, emulator.Options{Log: logf})

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/chaos"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
 )
 
 func main() {
@@ -47,10 +48,7 @@ func main() {
 	flag.BoolVar(&quiet, "q", false, "do not print faults as they happen")
 	flag.Parse()
 
-	// The spanner client prints a banner per client otherwise.
-	if _, set := os.LookupEnv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS"); !set {
-		_ = os.Setenv("GOOGLE_CLOUD_SPANNER_DISABLE_LOG_CLIENT_OPTIONS", "true")
-	}
+	emulator.QuietClientBanner()
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64N(1 << 31)
 	}

@@ -31,8 +31,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 
 // Acquire blocks until it holds the named lease or ctx ends; then it returns
 // an error wrapping ctx.Err(). While another process holds the lease it reads
-// the lease row at most once per poll interval, and sooner when the holder's
-// lease is due to expire; a Release in this process wakes it at once.
+// the lease row after 25ms, then at doubling intervals up to the poll
+// interval, and sooner when the holder's lease is due to expire; a Release in
+// this process wakes it at once.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: Acquire: %w", err)

@@ -70,9 +70,11 @@
 //     (WithRenewInterval) defaults to TTL/3 and may not exceed it.
 //   - Acquire blocks until the lease is held or ctx ends, and then returns an
 //     error wrapping ctx.Err(). While another process holds the lease it
-//     reads the lease row at most once per poll interval (WithPollInterval,
-//     default 1s) and wakes at the holder's expiry; a Release in the same
-//     process wakes it at once.
+//     reads the lease row after 25ms, then at doubling intervals up to the
+//     poll interval (WithPollInterval, default 1s), where it stays, so a
+//     short hold hands off quickly and a long wait costs one read per
+//     interval; it also wakes at the holder's expiry, and a Release in the
+//     same process wakes it at once.
 //   - TryAcquire returns an error matching ErrNotAcquired (a *HeldError that
 //     names the holder) when the lease is held, including by the same Client:
 //     leases are not re-entrant.

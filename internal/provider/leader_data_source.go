@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
@@ -96,15 +95,9 @@ func (d *leaderDataSource) Schema(_ context.Context, _ datasource.SchemaRequest,
 }
 
 func (d *leaderDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
+	if data := configured(req.ProviderData, &resp.Diagnostics); data != nil {
+		d.data = data
 	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
-		return
-	}
-	d.data = data
 }
 
 func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
@@ -113,15 +106,8 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	db, known, err := d.data.defaultDatabase(m.Database)
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("database"), "No database", err.Error())
-		return
-	}
-	if !known {
-		resp.Diagnostics.AddAttributeError(path.Root("database"), "Database not known",
-			"The provider's database is computed by a resource that is not created yet. Set database here, or add "+
-				"depends_on on that resource so that Terraform reads this data source during apply.")
+	db, ok := d.data.readDatabase(m.Database, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	table, name := m.Table.ValueString(), m.Name.ValueString()
@@ -149,20 +135,11 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 
 // holder is lease.Client.Holder itself, not a copy of its query.
 func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (lease.Holder, error) {
-	conns, err := d.data.connections()
+	lc, err := leaseClient(ctx, d.data, db, table)
 	if err != nil {
 		return lease.Holder{}, err
 	}
-	sc, err := conns.Spanner(ctx, db)
-	if err != nil {
-		return lease.Holder{}, err
-	}
-	lc, err := lease.NewClient(sc, table)
-	if err != nil {
-		return lease.Holder{}, err
-	}
-	// This Client holds nothing, so Close does no I/O and cannot fail.
-	defer func() { _ = lc.Close() }()
+	defer closeIdle(lc)
 	return lc.Holder(ctx, name)
 }
 

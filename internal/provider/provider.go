@@ -9,8 +9,10 @@ import (
 	"os"
 	"strings"
 
+	"cloud.google.com/go/spanner"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -60,23 +62,48 @@ type providerData struct {
 
 // defaultDatabase resolves an optional database attribute against the
 // provider's. The result is unknown (known == false) while the value that
-// decides it is; errNoDatabase means neither is set.
-func (d *providerData) defaultDatabase(v types.String) (db string, known bool, err error) {
+// decides it is. When neither is set it adds an error on the attribute and
+// returns ok == false.
+func (d *providerData) defaultDatabase(v types.String, diags *diag.Diagnostics) (db string, known, ok bool) {
 	switch {
 	case v.IsUnknown():
-		return "", false, nil
+		return "", false, true
 	case !v.IsNull():
-		return v.ValueString(), true, nil
+		return v.ValueString(), true, true
 	case d == nil || d.databaseUnknown:
-		return "", false, nil
+		return "", false, true
 	case d.database == "":
-		return "", false, errNoDatabase
+		diags.AddAttributeError(path.Root("database"), "No database", `no database: set database here, or in the `+
+			`provider block (provider "spannerlock" { database = "projects/P/instances/I/databases/D" })`)
+		return "", false, false
 	}
-	return d.database, true, nil
+	return d.database, true, true
 }
 
-var errNoDatabase = fmt.Errorf(`no database: set database here, or in the provider block ` +
-	`(provider "spannerlock" { database = "projects/P/instances/I/databases/D" })`)
+// readDatabase resolves the database of a data source being read, which
+// cannot wait for apply: an unknown database is an error too.
+func (d *providerData) readDatabase(v types.String, diags *diag.Diagnostics) (string, bool) {
+	db, known, ok := d.defaultDatabase(v, diags)
+	if ok && !known {
+		diags.AddAttributeError(path.Root("database"), "Database not known",
+			"The provider's database is computed by a resource that is not created yet. Set database here, or add "+
+				"depends_on on that resource so that Terraform reads this data source during apply.")
+	}
+	return db, ok && known
+}
+
+// configured returns the provider's data as Configure of a resource or data
+// source receives it: nil until the provider itself is configured.
+func configured(raw any, diags *diag.Diagnostics) *providerData {
+	if raw == nil {
+		return nil
+	}
+	data, ok := raw.(*providerData)
+	if !ok {
+		diags.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", raw))
+	}
+	return data
+}
 
 // connections returns the clients, or an error when the provider could not
 // be configured yet.
@@ -88,6 +115,15 @@ func (d *providerData) connections() (*connections, error) {
 		return nil, fmt.Errorf("the provider's %s is not known until apply, so Spanner cannot be reached yet", d.pending)
 	}
 	return d.conns, nil
+}
+
+// spanner returns the data client of db.
+func (d *providerData) spanner(ctx context.Context, db string) (*spanner.Client, error) {
+	conns, err := d.connections()
+	if err != nil {
+		return nil, err
+	}
+	return conns.Spanner(ctx, db)
 }
 
 func (p *spannerlockProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {

@@ -110,15 +110,9 @@ func (d *semaphoreDataSource) Schema(_ context.Context, _ datasource.SchemaReque
 }
 
 func (d *semaphoreDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
+	if data := configured(req.ProviderData, &resp.Diagnostics); data != nil {
+		d.data = data
 	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
-		return
-	}
-	d.data = data
 }
 
 func (d *semaphoreDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
@@ -127,19 +121,12 @@ func (d *semaphoreDataSource) Read(ctx context.Context, req datasource.ReadReque
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	db, known, err := d.data.defaultDatabase(m.Database)
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("database"), "No database", err.Error())
-		return
-	}
-	if !known {
-		resp.Diagnostics.AddAttributeError(path.Root("database"), "Database not known",
-			"The provider's database is computed by a resource that is not created yet. Set database here, or add "+
-				"depends_on on that resource so that Terraform reads this data source during apply.")
+	db, ok := d.data.readDatabase(m.Database, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	table, name := m.Table.ValueString(), m.Name.ValueString()
-	s, err := d.semaphore(ctx, db, table, name)
+	s, err := readSemaphore(ctx, d.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore):
 		resp.Diagnostics.AddAttributeError(path.Root("name"), fmt.Sprintf("Semaphore %s is not declared", name),
@@ -171,14 +158,4 @@ func (d *semaphoreDataSource) Read(ctx context.Context, req datasource.ReadReque
 	m.InUse = types.Int64Value(int64(s.InUse()))
 	m.Holders = list
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
-}
-
-// semaphore is lease.Client.Semaphore itself, not a copy of its query.
-func (d *semaphoreDataSource) semaphore(ctx context.Context, db, table, name string) (lease.Semaphore, error) {
-	lc, err := leaseClient(ctx, d.data, db, table)
-	if err != nil {
-		return lease.Semaphore{}, err
-	}
-	defer closeIdle(lc)
-	return lc.Semaphore(ctx, name)
 }

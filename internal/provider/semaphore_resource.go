@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"cloud.google.com/go/spanner"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -91,15 +90,9 @@ func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 }
 
 func (r *semaphoreResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
+	if data := configured(req.ProviderData, &resp.Diagnostics); data != nil {
+		r.data = data
 	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
-		return
-	}
-	r.data = data
 }
 
 // ModifyPlan resolves the database, decides replacement on it, refuses to
@@ -121,9 +114,8 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 		return
 	}
 
-	db, dbKnown, err := r.data.defaultDatabase(config.Database)
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("database"), "No database", err.Error())
+	db, dbKnown, ok := r.data.defaultDatabase(config.Database, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	plan.Database, plan.ID = types.StringUnknown(), types.StringUnknown()
@@ -167,7 +159,7 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 // set would hide it from review. A failed read is no reason to stop the plan
 // (the table may be created by this same apply); Create checks again.
 func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name string, diags *diag.Diagnostics) {
-	s, err := r.semaphore(ctx, db, table, name)
+	s, err := readSemaphore(ctx, r.data, db, table, name)
 	if err != nil {
 		return
 	}
@@ -183,7 +175,7 @@ func alreadyDeclared(db, table string, s lease.Semaphore) string {
 // warnLowering tells the reviewer of a plan that lowers the limit below the
 // permits held now what apply will and will not do about them.
 func (r *semaphoreResource) warnLowering(ctx context.Context, db, table, name string, permits int64, diags *diag.Diagnostics) {
-	s, err := r.semaphore(ctx, db, table, name)
+	s, err := readSemaphore(ctx, r.data, db, table, name)
 	if err != nil || int64(s.InUse()) <= permits {
 		return
 	}
@@ -200,7 +192,7 @@ func (r *semaphoreResource) Create(ctx context.Context, req resource.CreateReque
 		return
 	}
 	db, table, name := plan.Database.ValueString(), plan.Table.ValueString(), plan.Name.ValueString()
-	lc, err := r.client(ctx, db, table)
+	lc, err := leaseClient(ctx, r.data, db, table)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot declare semaphore", err.Error())
 		return
@@ -230,7 +222,7 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		return
 	}
 	db, table, name := state.Database.ValueString(), state.Table.ValueString(), state.Name.ValueString()
-	s, err := r.semaphore(ctx, db, table, name)
+	s, err := readSemaphore(ctx, r.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore), err != nil && r.tableGone(ctx, db, table):
 		// Undeclared outside Terraform, maybe with its table or database:
@@ -254,7 +246,7 @@ func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateReque
 		return
 	}
 	db, table, name := plan.Database.ValueString(), plan.Table.ValueString(), plan.Name.ValueString()
-	lc, err := r.client(ctx, db, table)
+	lc, err := leaseClient(ctx, r.data, db, table)
 	if err == nil {
 		defer closeIdle(lc)
 		// In place: holders keep their permits and tokens whichever way the
@@ -275,7 +267,7 @@ func (r *semaphoreResource) Delete(ctx context.Context, req resource.DeleteReque
 		return
 	}
 	db, table, name := state.Database.ValueString(), state.Table.ValueString(), state.Name.ValueString()
-	lc, err := r.client(ctx, db, table)
+	lc, err := leaseClient(ctx, r.data, db, table)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot undeclare semaphore", err.Error())
 		return
@@ -337,7 +329,7 @@ func (r *semaphoreResource) ImportState(ctx context.Context, req resource.Import
 // tableGone reports that the table, or its whole database, no longer exists,
 // so neither does any semaphore in it.
 func (r *semaphoreResource) tableGone(ctx context.Context, db, table string) bool {
-	sc, err := r.spannerClient(ctx, db)
+	sc, err := r.data.spanner(ctx, db)
 	if err != nil {
 		return false
 	}
@@ -348,25 +340,14 @@ func (r *semaphoreResource) tableGone(ctx context.Context, db, table string) boo
 	return !ins.Exists
 }
 
-func (r *semaphoreResource) semaphore(ctx context.Context, db, table, name string) (lease.Semaphore, error) {
-	lc, err := r.client(ctx, db, table)
+// readSemaphore is lease.Client.Semaphore itself, not a copy of its query.
+func readSemaphore(ctx context.Context, data *providerData, db, table, name string) (lease.Semaphore, error) {
+	lc, err := leaseClient(ctx, data, db, table)
 	if err != nil {
 		return lease.Semaphore{}, err
 	}
 	defer closeIdle(lc)
 	return lc.Semaphore(ctx, name)
-}
-
-func (r *semaphoreResource) client(ctx context.Context, db, table string) (*lease.Client, error) {
-	return leaseClient(ctx, r.data, db, table)
-}
-
-func (r *semaphoreResource) spannerClient(ctx context.Context, db string) (*spanner.Client, error) {
-	conns, err := r.data.connections()
-	if err != nil {
-		return nil, err
-	}
-	return conns.Spanner(ctx, db)
 }
 
 // semaphoreFailure explains a failed call on a semaphore, naming it in full.
@@ -377,11 +358,7 @@ func semaphoreFailure(db, table, name string, err error) string {
 // leaseClient returns a lease.Client on the table for reads and declarations.
 // It never acquires, so it holds no session: close it with closeIdle.
 func leaseClient(ctx context.Context, data *providerData, db, table string) (*lease.Client, error) {
-	conns, err := data.connections()
-	if err != nil {
-		return nil, err
-	}
-	sc, err := conns.Spanner(ctx, db)
+	sc, err := data.spanner(ctx, db)
 	if err != nil {
 		return nil, err
 	}

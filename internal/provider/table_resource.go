@@ -127,15 +127,9 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 }
 
 func (r *tableResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
+	if data := configured(req.ProviderData, &resp.Diagnostics); data != nil {
+		r.data = data
 	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
-		return
-	}
-	r.data = data
 }
 
 // ModifyPlan shows what apply will do to the live table: the statements of
@@ -157,9 +151,8 @@ func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		return
 	}
 
-	db, dbKnown, err := r.data.defaultDatabase(config.Database)
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("database"), "No database", err.Error())
+	db, dbKnown, ok := r.data.defaultDatabase(config.Database, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	plan.Database, plan.ID = types.StringUnknown(), types.StringUnknown()
@@ -456,7 +449,7 @@ func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 // It reads through the lease package, so "live" means what it means to
 // every application using the table.
 func (r *tableResource) liveLeases(ctx context.Context, db, table string) string {
-	sc, err := r.spanner(ctx, db)
+	sc, err := r.data.spanner(ctx, db)
 	if err == nil {
 		var lc *lease.Client
 		if lc, err = lease.NewClient(sc, table); err == nil {
@@ -579,16 +572,8 @@ func ddlList(stmts []string) types.List {
 	return types.ListValueMust(types.StringType, elems)
 }
 
-func (r *tableResource) spanner(ctx context.Context, db string) (*spanner.Client, error) {
-	conns, err := r.data.connections()
-	if err != nil {
-		return nil, err
-	}
-	return conns.Spanner(ctx, db)
-}
-
 func (r *tableResource) inspect(ctx context.Context, db, table string) (locktable.Inspection, error) {
-	sc, err := r.spanner(ctx, db)
+	sc, err := r.data.spanner(ctx, db)
 	if err != nil {
 		return locktable.Inspection{}, err
 	}

@@ -107,7 +107,7 @@ func Shared(t testing.TB) *Emulator {
 		t.Fatal("emulator.Main did not run: add func TestMain(m *testing.M) { emulator.Main(m) } to this package")
 	}
 	if shared.err != nil {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		if CI() {
 			t.Fatalf("Spanner emulator unavailable (failing, not skipping, because CI=true): %v", shared.err)
 		}
 		t.Skipf("Spanner emulator unavailable, skipping: %v", shared.err)
@@ -167,4 +167,11 @@ func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithDeadline(t.Context(), deadline)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// CI reports whether CI=true, under which a test that cannot run must fail
+// rather than skip.
+func CI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
 }

@@ -30,7 +30,15 @@ import (
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
-func TestMain(m *testing.M) { emulator.Main(m) }
+func TestMain(m *testing.M) {
+	// The acceptance tests skip without TF_ACC; in CI that would pass
+	// without running them.
+	if emulator.CI() && os.Getenv(resource.EnvTfAcc) == "" {
+		fmt.Fprintf(os.Stderr, "CI=true but %s is not set, so the acceptance tests would skip: run them with make test\n", resource.EnvTfAcc)
+		os.Exit(1)
+	}
+	emulator.Main(m)
+}
 
 // testAccProvider serves every acceptance test, as one provider process
 // serves a whole Terraform run; tests close their database's clients in it

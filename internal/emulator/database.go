@@ -17,13 +17,42 @@ import (
 // DDL is applied as part of creation, which is one round trip instead of two.
 // It returns the full path projects/P/instances/I/databases/D.
 func (e *Emulator) CreateDatabase(ctx context.Context, ddl ...string) (string, error) {
+	return e.createDatabase(ctx, databasepb.DatabaseDialect_GOOGLE_STANDARD_SQL, ddl)
+}
+
+// CreatePostgreSQLDatabase is CreateDatabase for a PostgreSQL-dialect
+// database; ddl is in that dialect.
+func (e *Emulator) CreatePostgreSQLDatabase(ctx context.Context, ddl ...string) (string, error) {
+	return e.createDatabase(ctx, databasepb.DatabaseDialect_POSTGRESQL, ddl)
+}
+
+// CreateDatabaseIn is CreateDatabase or CreatePostgreSQLDatabase by
+// dialect, spelled as Spanner's API spells it ("GOOGLE_STANDARD_SQL" or
+// "POSTGRESQL"), for programs that run once per dialect; ddl is in that
+// dialect.
+func (e *Emulator) CreateDatabaseIn(ctx context.Context, dialect string, ddl ...string) (string, error) {
+	d, ok := databasepb.DatabaseDialect_value[dialect]
+	if !ok || databasepb.DatabaseDialect(d) == databasepb.DatabaseDialect_DATABASE_DIALECT_UNSPECIFIED {
+		return "", fmt.Errorf("emulator: no dialect %q (want %s or %s)", dialect,
+			databasepb.DatabaseDialect_GOOGLE_STANDARD_SQL, databasepb.DatabaseDialect_POSTGRESQL)
+	}
+	return e.createDatabase(ctx, databasepb.DatabaseDialect(d), ddl)
+}
+
+func (e *Emulator) createDatabase(ctx context.Context, dialect databasepb.DatabaseDialect, ddl []string) (string, error) {
 	// A random name collides only by accident; retry the accident.
 	for attempt := 0; ; attempt++ {
 		id := "db-" + randomHex(6)
+		// Each dialect quotes the name its own way.
+		create := "CREATE DATABASE `" + id + "`"
+		if dialect == databasepb.DatabaseDialect_POSTGRESQL {
+			create = `CREATE DATABASE "` + id + `"`
+		}
 		op, err := e.dbAdmin.CreateDatabase(ctx, &databasepb.CreateDatabaseRequest{
 			Parent:          e.instance,
-			CreateStatement: "CREATE DATABASE `" + id + "`",
+			CreateStatement: create,
 			ExtraStatements: ddl,
+			DatabaseDialect: dialect,
 		})
 		if status.Code(err) == codes.AlreadyExists && attempt < 3 {
 			continue

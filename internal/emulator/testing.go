@@ -2,10 +2,13 @@ package emulator
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +47,12 @@ var shared struct {
 // the reason, or fail when CI=true. It stops what it started after the tests,
 // also on SIGINT/SIGTERM, and exits with the tests' status.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main for a TestMain with work of its own after the tests (removing
+// a binary it built): it returns the tests' status instead of exiting.
+func Run(m *testing.M) int {
 	// Code under test (the provider) builds its own clients too.
 	QuietClientBanner()
 	ctx, cancel := context.WithTimeout(context.Background(), mainStartTimeout)
@@ -52,7 +61,14 @@ func Main(m *testing.M) {
 	shared.ran = true
 
 	if shared.emu == nil {
-		os.Exit(m.Run())
+		// Examples cannot skip themselves; outside CI, say why they do not
+		// run. Under CI=true they run and fail, as tests do.
+		if !CI() {
+			flag.Parse()
+			_ = flag.Set("test.skip", "^Example")
+			fmt.Fprintf(os.Stderr, "emulator: skipping examples: %v\n", shared.err)
+		}
+		return m.Run()
 	}
 
 	sigs := make(chan os.Signal, 1)
@@ -60,10 +76,11 @@ func Main(m *testing.M) {
 	go stopOnSignal(sigs, shared.emu)
 	code := m.Run()
 	signal.Stop(sigs)
+	closeExampleClients()
 	if err := shared.emu.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "emulator: %v\n", err)
 	}
-	os.Exit(code)
+	return code
 }
 
 func startShared(ctx context.Context) (*Emulator, error) {
@@ -121,8 +138,30 @@ func Shared(t testing.TB) *Emulator {
 // closed), because an instance holds at most 100 databases.
 func Database(t testing.TB, ddl ...string) string {
 	t.Helper()
+	return newDatabase(t, Shared(t).CreateDatabase, ddl)
+}
+
+// PostgreSQLDatabase is Database for a PostgreSQL-dialect database; ddl is
+// in that dialect.
+func PostgreSQLDatabase(t testing.TB, ddl ...string) string {
+	t.Helper()
+	return newDatabase(t, Shared(t).CreatePostgreSQLDatabase, ddl)
+}
+
+// DatabaseIn is Database or PostgreSQLDatabase by dialect, spelled as
+// Spanner's API spells it ("GOOGLE_STANDARD_SQL" or "POSTGRESQL"), for tests
+// that run once per dialect; ddl is in that dialect.
+func DatabaseIn(t testing.TB, dialect string, ddl ...string) string {
+	t.Helper()
+	return newDatabase(t, func(ctx context.Context, ddl ...string) (string, error) {
+		return Shared(t).CreateDatabaseIn(ctx, dialect, ddl...)
+	}, ddl)
+}
+
+func newDatabase(t testing.TB, create func(context.Context, ...string) (string, error), ddl []string) string {
+	t.Helper()
 	e := Shared(t)
-	db, err := e.CreateDatabase(Context(t), ddl...)
+	db, err := create(Context(t), ddl...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,9 +208,64 @@ func Context(t testing.TB) context.Context {
 	return ctx
 }
 
+// exampleClients are the clients ExampleClient made, closed before the
+// emulator stops.
+var exampleClients struct {
+	sync.Mutex
+	list []*spanner.Client
+}
+
+// ExampleClient is for testable examples, which have no testing.T: it
+// returns a spanner.Client for a fresh database on the package's emulator
+// with ddl applied, as an application gets one from spanner.NewClient. It
+// panics if there is no emulator (Main skips examples then, outside CI).
+func ExampleClient(ddl ...string) *spanner.Client {
+	if !shared.ran || shared.emu == nil {
+		panic(fmt.Sprintf("emulator: no emulator for examples: %v", shared.err))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), contextTimeout)
+	defer cancel()
+	db, err := shared.emu.CreateDatabase(ctx, ddl...)
+	if err != nil {
+		panic(err)
+	}
+	c, err := shared.emu.NewClient(ctx, db)
+	if err != nil {
+		panic(err)
+	}
+	exampleClients.Lock()
+	defer exampleClients.Unlock()
+	exampleClients.list = append(exampleClients.list, c)
+	return c
+}
+
+func closeExampleClients() {
+	exampleClients.Lock()
+	defer exampleClients.Unlock()
+	for _, c := range exampleClients.list {
+		c.Close()
+	}
+}
+
 // CI reports whether CI=true, under which a test that cannot run must fail
 // rather than skip.
 func CI() bool {
 	ci, _ := strconv.ParseBool(os.Getenv("CI"))
 	return ci
+}
+
+// ClosedPort returns a loopback host:port where nothing listens (free a
+// moment ago and closed again): the "unreachable endpoint" of tests, which
+// never dial anything but loopback.
+func ClosedPort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

@@ -12,19 +12,23 @@ import (
 // Inspection is a live lock table compared with its definition.
 type Inspection struct {
 	Table string
+	// Dialect is the database's: the plans are statements in it.
+	Dialect Dialect
 	// Exists reports whether the lock table itself is in the database.
 	Exists bool
 	// Version is the highest schema version the live table fully satisfies,
 	// 0 when it satisfies none (it drifted, or does not exist).
 	Version int
-	// Live is what INFORMATION_SCHEMA reports for the tables of the family.
+	// Live is what INFORMATION_SCHEMA reports for the tables of the family,
+	// read into the definition's terms.
 	Live Schema
 	// Diffs are the differences from the latest version; empty when current.
 	Diffs []Diff
 	// CleanupAfter is the period of the live row deletion policy, 0 for none.
 	CleanupAfter time.Duration
-	// ForeignPolicy is a live row deletion policy spannerlock did not write;
-	// it could delete live leases, so every plan replaces or drops it.
+	// ForeignPolicy is a live row deletion policy spannerlock did not write,
+	// as INFORMATION_SCHEMA reports it; it could delete live leases, so
+	// every plan replaces or drops it.
 	ForeignPolicy string
 	// ClockSeeded reports that new names' tokens start at the commit clock,
 	// which cleanup requires and which then stays.
@@ -62,14 +66,15 @@ func (i Inspection) Current() bool {
 func (i Inspection) Changes(o Options) []Diff {
 	if !i.Exists {
 		var diffs []Diff
-		for _, stmt := range CreateDDL(i.Table, o) {
+		for _, stmt := range i.Dialect.CreateDDL(i.Table, o) {
 			diffs = append(diffs, Diff{Table: i.Table, Problem: fmt.Sprintf("table %s does not exist", i.Table), Fix: stmt})
 		}
 		return diffs
 	}
-	diffs := compare(i.Live, definition(i.Table, Latest, i.ClockSeeded || o.CleanupAfter > 0))
+	sp := i.Dialect.spelling()
+	diffs := append(i.nameDiffs(), compare(sp, i.Live, definition(i.Table, Latest, i.ClockSeeded || o.CleanupAfter > 0))...)
 	liveExists := i.CleanupAfter > 0 || i.ForeignPolicy != ""
-	for _, stmt := range policyStatements(i.liveName(), i.CleanupAfter, liveExists, o.CleanupAfter) {
+	for _, stmt := range policyStatements(sp, i.liveName(), i.CleanupAfter, liveExists, o.CleanupAfter) {
 		problem := fmt.Sprintf("table %s deletes rows not renewed for %s, expected no deletion", i.Table, FormatCleanupAfter(i.CleanupAfter))
 		switch {
 		case i.ForeignPolicy != "":
@@ -107,7 +112,7 @@ func (i Inspection) Plan(o Options) ([]string, error) {
 func (i Inspection) DropPlan() []string {
 	var stmts []string
 	for t := len(i.Live.Tables) - 1; t >= 0; t-- {
-		stmts = append(stmts, "DROP TABLE "+Quote(i.Live.Tables[t].LiveName))
+		stmts = append(stmts, dropTableStatement(i.Dialect.spelling(), i.Live.Tables[t].LiveName))
 	}
 	return stmts
 }
@@ -120,34 +125,50 @@ func (i Inspection) liveName() string {
 }
 
 // Inspect reads the named lock table's schema through INFORMATION_SCHEMA and
-// compares it with every version of the definition.
+// compares it with every version of the definition. It reads db's dialect
+// first (DatabaseDialect); Dialect.Inspect does not.
 func Inspect(ctx context.Context, db *spanner.Client, table string) (Inspection, error) {
 	if err := ValidateTableName(table); err != nil {
 		return Inspection{}, err
 	}
-	want := Definition(table, Latest)
-	live, err := readSchema(ctx, db, want)
+	d, err := DatabaseDialect(ctx, db)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("inspect table %s: %w", table, err)
 	}
-	ins := Inspection{Table: table, Live: live}
+	return d.Inspect(ctx, db, table)
+}
+
+// Inspect reads the named lock table's schema through INFORMATION_SCHEMA of
+// db, a database of dialect d, and compares it with every version of the
+// definition.
+func (d Dialect) Inspect(ctx context.Context, db *spanner.Client, table string) (Inspection, error) {
+	if err := ValidateTableName(table); err != nil {
+		return Inspection{}, err
+	}
+	sp := d.spelling()
+	want := Definition(table, Latest)
+	live, err := d.readSchema(ctx, db, want)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect table %s: %w", table, err)
+	}
+	ins := Inspection{Table: table, Dialect: d, Live: live}
 	lt, exists := live.Table(table)
 	ins.Exists = exists
 	if !exists {
-		ins.Diffs = compare(live, want)
+		ins.Diffs = compare(sp, live, want)
 		return ins, nil
 	}
 	if token, ok := lt.Column("token"); ok {
-		ins.ClockSeeded = normalizeExpression(token.Default) == normalizeExpression(clockToken)
+		ins.ClockSeeded = token.Default.Value == ClockToken
 	}
 	var foreign bool
-	ins.CleanupAfter, foreign = parsePolicy(lt.RowDeletionPolicy)
+	ins.CleanupAfter, foreign = cleanupPeriod(lt.RowDeletion)
 	if foreign {
-		ins.ForeignPolicy = lt.RowDeletionPolicy
+		ins.ForeignPolicy = lt.RowDeletion.Reported
 	}
-	ins.Diffs = compare(live, definition(table, Latest, ins.ClockSeeded))
+	ins.Diffs = append(ins.nameDiffs(), compare(sp, live, definition(table, Latest, ins.ClockSeeded))...)
 	for v := Latest; v >= 1; v-- {
-		if len(compare(live, definition(table, v, ins.ClockSeeded))) == 0 {
+		if len(compare(sp, live, definition(table, v, ins.ClockSeeded))) == 0 {
 			ins.Version = v
 			break
 		}
@@ -155,8 +176,50 @@ func Inspect(ctx context.Context, db *spanner.Client, table string) (Inspection,
 	return ins, nil
 }
 
+// nameDiffs finds the live tables of the family that a case-sensitive
+// dialect's SQL would not find under their definition's name: Spanner keeps
+// Locks from being created next to locks, yet PostgreSQL's "locks" does not
+// name Locks. Their shape may match a version; the runtime cannot use them.
+func (i Inspection) nameDiffs() []Diff {
+	var diffs []Diff
+	for _, t := range i.Live.Tables {
+		if !i.unreachable(t) {
+			continue
+		}
+		advice := fmt.Sprintf("set the table name to %s", t.LiveName)
+		if t.Name != i.Table {
+			advice = fmt.Sprintf("rename it to %s, or name the lock table to match it", t.Name)
+		}
+		diffs = append(diffs, Diff{
+			Table: t.Name,
+			Problem: fmt.Sprintf("table %s is spelled %s in the database; PostgreSQL names tables case-sensitively, so SQL for %s does not find it",
+				t.Name, t.LiveName, i.Dialect.Quote(t.Name)),
+			Advice: advice,
+		})
+	}
+	return diffs
+}
+
+// Misspelled returns the lock table's name as the database spells it when
+// SQL in the inspection's dialect does not find the table under Table:
+// PostgreSQL resolves quoted names exactly, so there a table locks is not
+// found as "LOCKS", by the runtime or by anything else given that name.
+// GoogleSQL resolves names regardless of case, so there it is always found.
+func (i Inspection) Misspelled() (live string, misspelled bool) {
+	if t, ok := i.Live.Table(i.Table); ok && i.unreachable(t) {
+		return t.LiveName, true
+	}
+	return "", false
+}
+
+// unreachable reports that the dialect's SQL does not find live table t
+// under its definition's name.
+func (i Inspection) unreachable(t Table) bool {
+	return i.Dialect.spelling().caseSensitive() && t.LiveName != "" && t.LiveName != t.Name
+}
+
 // compare lists how live differs from want, each difference with its repair.
-func compare(live, want Schema) []Diff {
+func compare(sp spelling, live, want Schema) []Diff {
 	var diffs []Diff
 	for _, wt := range want.Tables {
 		lt, ok := live.Table(wt.Name)
@@ -164,15 +227,15 @@ func compare(live, want Schema) []Diff {
 			if parent, ok := live.Table(wt.Parent); ok && parent.LiveName != "" {
 				wt.Parent = parent.LiveName
 			}
-			diffs = append(diffs, Diff{Table: wt.Name, Problem: fmt.Sprintf("table %s does not exist", wt.Name), Fix: createStatement(wt)})
+			diffs = append(diffs, Diff{Table: wt.Name, Problem: fmt.Sprintf("table %s does not exist", wt.Name), Fix: sp.createTable(wt)})
 			continue
 		}
-		diffs = append(diffs, compareTable(lt, wt)...)
+		diffs = append(diffs, compareTable(sp, lt, wt)...)
 	}
 	return diffs
 }
 
-func compareTable(lt, wt Table) []Diff {
+func compareTable(sp spelling, lt, wt Table) []Diff {
 	var diffs []Diff
 	// Statements name the table as Spanner spells it.
 	ddlName := wt.Name
@@ -192,33 +255,31 @@ func compareTable(lt, wt Table) []Diff {
 		d.Advice = "interleaving cannot change in place: create a new table and point spannerlock at it"
 		diffs = append(diffs, d)
 	}
-	if wt.RowDeletionPolicy != "" && normalizeExpression(lt.RowDeletionPolicy) != normalizeExpression(wt.RowDeletionPolicy) {
-		verb := "REPLACE"
-		if lt.RowDeletionPolicy == "" {
-			verb = "ADD"
+	if wt.RowDeletion != nil && !lt.RowDeletion.Same(wt.RowDeletion) {
+		live := ""
+		if lt.RowDeletion != nil {
+			live = lt.RowDeletion.Reported
 		}
-		diffs = append(diffs, Diff{
-			Table:   wt.Name,
-			Problem: fmt.Sprintf("table %s has row deletion policy %q, expected %q", wt.Name, lt.RowDeletionPolicy, wt.RowDeletionPolicy),
-			Fix:     fmt.Sprintf("ALTER TABLE %s %s ROW DELETION POLICY (%s)", Quote(ddlName), verb, wt.RowDeletionPolicy),
-		})
+		d := problem("", "table %s has row deletion policy %q, expected %q", wt.Name, live, sp.policy(*wt.RowDeletion))
+		d.Fix = sp.policyStatement(ddlName, lt.RowDeletion != nil, wt.RowDeletion)
+		diffs = append(diffs, d)
 	}
 	for _, wc := range wt.Columns {
 		lc, ok := lt.Column(wc.Name)
 		if !ok {
 			d := problem(wc.Name, "column %s.%s does not exist", wt.Name, wc.Name)
-			if !wc.NotNull || wc.Default != "" {
-				d.Fix = addColumnStatement(ddlName, wc)
+			if !wc.NotNull || wc.Default.Value != NoDefault {
+				d.Fix = addColumnStatement(sp, ddlName, wc)
 			} else {
 				d.Advice = "a NOT NULL column without a default cannot be added to a table with rows"
 			}
 			diffs = append(diffs, d)
 			continue
 		}
-		diffs = append(diffs, compareColumn(wt.Name, ddlName, lc, wc)...)
+		diffs = append(diffs, compareColumn(sp, wt.Name, ddlName, lc, wc)...)
 	}
 	for _, lc := range lt.Columns {
-		if _, ok := wt.Column(lc.Name); ok || !lc.NotNull || lc.Default != "" {
+		if _, ok := wt.Column(lc.Name); ok || !lc.NotNull || lc.Default.Value != NoDefault {
 			continue
 		}
 		d := problem(lc.Name, "column %s.%s is NOT NULL without a default, and spannerlock does not write it", wt.Name, lc.Name)
@@ -228,60 +289,30 @@ func compareTable(lt, wt Table) []Diff {
 	return diffs
 }
 
-func compareColumn(table, ddlName string, lc, wc Column) []Diff {
+func compareColumn(sp spelling, table, ddlName string, lc, wc Column) []Diff {
 	var diffs []Diff
-	add := func(fix, format string, args ...any) {
-		diffs = append(diffs, Diff{Table: table, Column: wc.Name, Problem: fmt.Sprintf(format, args...), Fix: fix})
+	add := func(fix, advice, format string, args ...any) {
+		diffs = append(diffs, Diff{Table: table, Column: wc.Name, Problem: fmt.Sprintf(format, args...), Fix: fix, Advice: advice})
 	}
-	if !strings.EqualFold(lc.Type, wc.Type) {
-		diffs = append(diffs, Diff{
-			Table: table, Column: wc.Name,
-			Problem: fmt.Sprintf("column %s.%s is %s, expected %s", table, wc.Name, lc.Type, wc.Type),
-			Advice:  "changing a column's type can lose data; convert it by hand with ALTER TABLE if Spanner allows it",
-		})
+	if !lc.Type.Same(wc.Type) {
+		add("", "changing a column's type can lose data; convert it by hand with ALTER TABLE if Spanner allows it",
+			"column %s.%s is %s, expected %s", table, wc.Name, describeType(sp, lc), sp.typeName(wc))
 		// The remaining checks would describe a column that is being replaced.
 		return diffs
 	}
-	switch {
-	case wc.NotNull && !lc.NotNull:
-		// Spanner validates the rows and refuses the change if any is NULL.
-		add(fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s %s NOT NULL", Quote(ddlName), Quote(wc.Name), wc.Type),
-			"column %s.%s allows NULL, expected NOT NULL", table, wc.Name)
-	case !wc.NotNull && lc.NotNull:
-		add(relaxNotNullStatement(ddlName, wc), "column %s.%s is NOT NULL, expected nullable", table, wc.Name)
-	}
-	if lc.CommitTimestamp != wc.CommitTimestamp {
-		add(commitTimestampStatement(ddlName, wc), "column %s.%s has allow_commit_timestamp = %t, expected %t", table, wc.Name, lc.CommitTimestamp, wc.CommitTimestamp)
-	}
-	if normalizeExpression(lc.Default) != normalizeExpression(wc.Default) {
-		add(defaultStatement(ddlName, wc), "column %s.%s has default %q, expected %q", table, wc.Name, lc.Default, wc.Default)
-	}
-	return diffs
-}
-
-// normalizeExpression makes two spellings of one default expression compare
-// equal: INFORMATION_SCHEMA reports it without the DDL's outer parentheses and
-// with its own spacing.
-func normalizeExpression(e string) string {
-	e = strings.ToUpper(strings.Join(strings.Fields(e), ""))
-	for strings.HasPrefix(e, "(") && strings.HasSuffix(e, ")") && balanced(e[1:len(e)-1]) {
-		e = e[1 : len(e)-1]
-	}
-	return e
-}
-
-func balanced(s string) bool {
-	depth := 0
-	for _, r := range s {
-		switch r {
-		case '(':
-			depth++
-		case ')':
-			depth--
-			if depth < 0 {
-				return false
-			}
+	if lc.NotNull != wc.NotNull {
+		fix, advice := sp.notNullChange(ddlName, wc)
+		if wc.NotNull {
+			add(fix, advice, "column %s.%s allows NULL, expected NOT NULL", table, wc.Name)
+		} else {
+			add(fix, advice, "column %s.%s is NOT NULL, expected nullable", table, wc.Name)
 		}
 	}
-	return depth == 0
+	if lc.CommitTimestamp != wc.CommitTimestamp {
+		diffs = append(diffs, sp.commitTimestampChange(table, ddlName, lc, wc))
+	}
+	if lc.Default.Value != wc.Default.Value {
+		add(defaultStatement(sp, ddlName, wc), "", "column %s.%s has default %q, expected %q", table, wc.Name, lc.Default.Reported, defaultExpr(sp, wc.Default))
+	}
+	return diffs
 }

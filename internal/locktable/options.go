@@ -2,7 +2,6 @@ package locktable
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -52,39 +51,36 @@ func FormatCleanupAfter(d time.Duration) string {
 	return strconv.Itoa(int(d/day)) + "d"
 }
 
-func deletionPolicy(d time.Duration) string {
-	return fmt.Sprintf("OLDER_THAN(renewed_at, INTERVAL %d DAY)", d/day)
+// cleanupColumn is the column the cleanup policy reads: the runtime stamps it
+// at least hourly on every lock it holds.
+const cleanupColumn = "renewed_at"
+
+// cleanupPolicy is the row deletion policy of a cleanup period.
+func cleanupPolicy(d time.Duration) *RowDeletion {
+	return &RowDeletion{Column: cleanupColumn, Days: int(d / day)}
 }
 
-var ourPolicy = regexp.MustCompile(`(?i)^\s*OLDER_THAN\s*\(\s*renewed_at\s*,\s*INTERVAL\s+(\d+)\s+DAY\s*\)\s*$`)
-
-// parsePolicy reads a live row deletion policy: ours gives its period, any
-// other is reported as foreign (it could delete live leases).
-func parsePolicy(expr string) (period time.Duration, foreign bool) {
-	if expr == "" {
+// cleanupPeriod reads a live row deletion policy of the lock table: ours
+// gives its period, any other is foreign (it could delete live leases).
+func cleanupPeriod(p *RowDeletion) (period time.Duration, foreign bool) {
+	switch {
+	case p == nil:
 		return 0, false
+	case p.Days > 0 && strings.EqualFold(p.Column, cleanupColumn):
+		return time.Duration(p.Days) * day, false
 	}
-	m := ourPolicy.FindStringSubmatch(expr)
-	if m == nil {
-		return 0, true
-	}
-	days, err := strconv.Atoi(m[1])
-	if err != nil || days <= 0 {
-		return 0, true
-	}
-	return time.Duration(days) * day, false
+	return 0, true
 }
 
 // policyStatements turn the live policy into the wanted one.
-func policyStatements(table string, live time.Duration, liveExists bool, want time.Duration) []string {
-	t := Quote(table)
+func policyStatements(sp spelling, table string, live time.Duration, liveExists bool, want time.Duration) []string {
 	switch {
 	case want > 0 && !liveExists:
-		return []string{fmt.Sprintf("ALTER TABLE %s ADD ROW DELETION POLICY (%s)", t, deletionPolicy(want))}
+		return []string{sp.policyStatement(table, false, cleanupPolicy(want))}
 	case want > 0 && live != want:
-		return []string{fmt.Sprintf("ALTER TABLE %s REPLACE ROW DELETION POLICY (%s)", t, deletionPolicy(want))}
+		return []string{sp.policyStatement(table, true, cleanupPolicy(want))}
 	case want == 0 && liveExists:
-		return []string{fmt.Sprintf("ALTER TABLE %s DROP ROW DELETION POLICY", t)}
+		return []string{sp.policyStatement(table, false, nil)}
 	}
 	return nil
 }

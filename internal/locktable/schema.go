@@ -1,31 +1,127 @@
 // Package locktable is the one source of truth for the schema of a spannerlock
-// table: the versioned definition, the DDL rendered from it, inspection of a
-// live table through INFORMATION_SCHEMA, and the additive plan that brings any
-// older or drifted table to the latest version without losing data.
+// table: the versioned definition, the DDL rendered from it for each Spanner
+// dialect (GoogleSQL and PostgreSQL), inspection of a live table through
+// INFORMATION_SCHEMA, and the additive plan that brings any older or drifted
+// table to the latest version without losing data.
 //
-// A version is a list of changes applied on top of the previous one. Every
+// A version is a list of changes applied on top of the previous one, written
+// in neither dialect's spelling; each Dialect renders and reads it. Every
 // change is additive (a new table, a new nullable column, an option, a
 // default), so a table at any older version can be migrated in place and the
 // plan never drops a column or table.
+//
+// Names: a lock table's name is a letter, then letters, digits and
+// underscores (ValidateTableName), used exactly as given. GoogleSQL resolves
+// table names regardless of letter case. PostgreSQL resolves quoted names
+// exactly and folds unquoted ones to lower case, so the PostgreSQL DDL and
+// every statement the runtime sends quote each name (Dialect.Quote): a table
+// named Locks is "Locks" in SQL. Spanner keeps names unique regardless of
+// case in both dialects, so Locks and locks can never both exist.
 package locktable
 
 import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 )
 
-// Column is one column as both the DDL and INFORMATION_SCHEMA describe it.
+// Kind is a column type in neither dialect's spelling; each dialect spells it
+// its own way (STRING(1024) or character varying(1024), INT64 or bigint).
+type Kind int
+
+const (
+	// OtherKind is a live type the definition never uses; Type.Reported
+	// spells it.
+	OtherKind Kind = iota
+	StringKind
+	Int64Kind
+	TimestampKind
+	BytesKind
+)
+
+// Type is a column's type.
+type Type struct {
+	Kind Kind
+	// Length bounds a string or bytes column; 0 is the most Spanner allows
+	// (GoogleSQL's MAX, PostgreSQL's unbounded character varying and bytea).
+	Length int64
+	// Reported is a live type as INFORMATION_SCHEMA spells it; "" in definitions.
+	Reported string
+}
+
+// stringOf is a string type of at most n characters, 0 for the most Spanner allows.
+func stringOf(n int64) Type { return Type{Kind: StringKind, Length: n} }
+
+// The types of the definition besides strings.
+var (
+	int64Type     = Type{Kind: Int64Kind}
+	timestampType = Type{Kind: TimestampKind}
+	bytesType     = Type{Kind: BytesKind}
+)
+
+// Same reports whether t and o are one type, whatever their spelling. A type
+// the definition never uses is the same as no other.
+func (t Type) Same(o Type) bool {
+	return t.Kind != OtherKind && t.Kind == o.Kind && t.Length == o.Length
+}
+
+// DefaultValue is what a column default means, in neither dialect's spelling.
+type DefaultValue int
+
+const (
+	NoDefault DefaultValue = iota
+	// OtherDefault is a live default the definition never uses;
+	// Default.Reported spells it.
+	OtherDefault
+	// FirstToken starts a name's tokens at 1.
+	FirstToken
+	// ClockToken starts a name's tokens at the commit time in microseconds
+	// since the Unix epoch (see Options.CleanupAfter).
+	ClockToken
+)
+
+// Default is a column's DEFAULT.
+type Default struct {
+	Value DefaultValue
+	// Reported is a live default expression as INFORMATION_SCHEMA spells
+	// it; "" in definitions.
+	Reported string
+}
+
+// Column is one column of a table, in a definition or as inspected.
 type Column struct {
 	Name    string
-	Type    string // SPANNER_TYPE spelling, e.g. "STRING(MAX)", "INT64".
+	Type    Type
 	NotNull bool
-	// CommitTimestamp is OPTIONS (allow_commit_timestamp = true). The runtime
-	// writes PENDING_COMMIT_TIMESTAMP() into these columns, so drift here
-	// breaks every acquisition.
+	// CommitTimestamp is a column the runtime writes the commit timestamp
+	// into: in GoogleSQL a TIMESTAMP with OPTIONS (allow_commit_timestamp =
+	// true), in PostgreSQL the type SPANNER.COMMIT_TIMESTAMP. Without it,
+	// every acquisition fails.
 	CommitTimestamp bool
-	// Default is the DEFAULT expression without its parentheses, "" for none.
-	Default string
+	Default         Default
+}
+
+// RowDeletion is a row deletion policy: Spanner deletes the rows whose Column
+// is more than Days days old.
+type RowDeletion struct {
+	Column string
+	// Days is 0 for a live policy that is not of this form; Reported then
+	// is all there is to say about it.
+	Days int
+	// Reported is a live policy as INFORMATION_SCHEMA spells it; "" in
+	// definitions. Spanner rewrites what DDL says (a PostgreSQL '30 days'
+	// reads back as '4 WEEKS 2 DAYS'), so policies compare by Column and
+	// Days, never by text.
+	Reported string
+}
+
+// Same reports whether p and o delete the same rows.
+func (p *RowDeletion) Same(o *RowDeletion) bool {
+	if p == nil || o == nil {
+		return p == nil && o == nil
+	}
+	return p.Days > 0 && p.Days == o.Days && strings.EqualFold(p.Column, o.Column)
 }
 
 // Table is one table of the family a lock table consists of.
@@ -35,9 +131,10 @@ type Table struct {
 	Key     []string
 	// Parent is the table this one is interleaved in, "" for a top-level table.
 	Parent string
-	// RowDeletionPolicy is the policy expression. For the lock table itself
-	// definitions leave it empty: that policy is an option (CleanupAfter).
-	RowDeletionPolicy string
+	// RowDeletion is the table's row deletion policy, nil for none. For the
+	// lock table itself definitions leave it nil: that policy is an option
+	// (CleanupAfter).
+	RowDeletion *RowDeletion
 	// LiveName is the spelling Spanner has for a live table, which DDL must
 	// use; Name is always the definition's spelling, so lookups by it work.
 	LiveName string
@@ -69,29 +166,31 @@ func (s Schema) Table(name string) (Table, bool) {
 // change is one additive step of a version.
 type change func(s *Schema, table string)
 
-// versions lists, per schema version, the changes on top of the previous one.
-// Append only: a released version never changes, or tables created from it
-// would inspect as drifted.
+// versions lists, per schema version, the changes on top of the previous one,
+// in neither dialect's spelling: each dialect renders the same definition
+// (see Dialect.DDL), so a change to the schema is made here, once. Append
+// only: a released version never changes, or tables created from it would
+// inspect as drifted.
 var versions = [][]change{
 	1: {
 		createTable(func(table string) Table {
 			return Table{
 				Name: table,
 				Columns: []Column{
-					{Name: "name", Type: "STRING(1024)", NotNull: true},
+					{Name: "name", Type: stringOf(1024), NotNull: true},
 					// token is the fencing token: it only ever grows, by one per
 					// acquisition of the name.
-					{Name: "token", Type: "INT64", NotNull: true},
-					{Name: "holder_id", Type: "STRING(1024)"},
+					{Name: "token", Type: int64Type, NotNull: true},
+					{Name: "holder_id", Type: stringOf(1024)},
 					// session_id identifies the Client that holds the lease; NULL
 					// once released. Renewals compare-and-set on it.
-					{Name: "session_id", Type: "STRING(64)"},
+					{Name: "session_id", Type: stringOf(64)},
 					// ttl_ms is the TTL the holder acquired with; every reader
 					// judges expiry by it, not by its own setting.
-					{Name: "ttl_ms", Type: "INT64"},
-					{Name: "acquired_at", Type: "TIMESTAMP", CommitTimestamp: true},
-					{Name: "renewed_at", Type: "TIMESTAMP", CommitTimestamp: true},
-					{Name: "payload", Type: "BYTES(MAX)"},
+					{Name: "ttl_ms", Type: int64Type},
+					{Name: "acquired_at", Type: timestampType, CommitTimestamp: true},
+					{Name: "renewed_at", Type: timestampType, CommitTimestamp: true},
+					{Name: "payload", Type: bytesType},
 				},
 				Key: []string{"name"},
 			}
@@ -101,7 +200,7 @@ var versions = [][]change{
 		// The runtime inserts a name's first row without a token, so the
 		// schema decides where its tokens start: 1, or the commit clock
 		// once cleanup may delete rows (see Options.CleanupAfter).
-		setDefault("token", firstToken),
+		setDefault("token", FirstToken),
 	},
 	3: {
 		// A lease lives as long as the session of the Client holding it: one
@@ -110,51 +209,51 @@ var versions = [][]change{
 			return Table{
 				Name: table + sessionsSuffix,
 				Columns: []Column{
-					{Name: "session_id", Type: "STRING(64)", NotNull: true},
-					{Name: "holder_id", Type: "STRING(1024)"},
-					{Name: "ttl_ms", Type: "INT64", NotNull: true},
-					{Name: "renewed_at", Type: "TIMESTAMP", NotNull: true, CommitTimestamp: true},
+					{Name: "session_id", Type: stringOf(64), NotNull: true},
+					{Name: "holder_id", Type: stringOf(1024)},
+					{Name: "ttl_ms", Type: int64Type, NotNull: true},
+					{Name: "renewed_at", Type: timestampType, NotNull: true, CommitTimestamp: true},
 					// high_water is, by the holder's wall clock, the latest
 					// moment its worker IDs may have been used.
-					{Name: "high_water", Type: "TIMESTAMP"},
+					{Name: "high_water", Type: timestampType},
 				},
 				Key: []string{"session_id"},
 				// A live session is renewed every TTL/3 and TTLs are at most a
 				// day, so only dead sessions are ever this old.
-				RowDeletionPolicy: "OLDER_THAN(renewed_at, INTERVAL 2 DAY)",
+				RowDeletion: &RowDeletion{Column: "renewed_at", Days: 2},
 			}
 		}),
 		addColumns(
 			// kind is NULL for a lock, "semaphore" or "workers" for the
 			// parent row of a semaphore or a worker-ID pool, whose token is
 			// the next permit token.
-			Column{Name: "kind", Type: "STRING(16)"},
+			Column{Name: "kind", Type: stringOf(16)},
 			// permits is a semaphore's capacity; NULL when not declared.
-			Column{Name: "permits", Type: "INT64"},
+			Column{Name: "permits", Type: int64Type},
 			// completed_at records that a RunOnce slot succeeded.
-			Column{Name: "completed_at", Type: "TIMESTAMP", CommitTimestamp: true},
+			Column{Name: "completed_at", Type: timestampType, CommitTimestamp: true},
 		),
 		createTable(func(table string) Table {
 			return Table{
 				Name:   table + permitsSuffix,
 				Parent: table,
 				Columns: []Column{
-					{Name: "name", Type: "STRING(1024)", NotNull: true},
+					{Name: "name", Type: stringOf(1024), NotNull: true},
 					// slot numbers the permits of one semaphore; for a worker
 					// pool it is the worker ID.
-					{Name: "slot", Type: "INT64", NotNull: true},
-					{Name: "token", Type: "INT64", NotNull: true},
-					{Name: "holder_id", Type: "STRING(1024)"},
-					{Name: "session_id", Type: "STRING(64)"},
-					{Name: "ttl_ms", Type: "INT64"},
-					{Name: "acquired_at", Type: "TIMESTAMP", CommitTimestamp: true},
-					{Name: "renewed_at", Type: "TIMESTAMP", CommitTimestamp: true},
-					{Name: "payload", Type: "BYTES(MAX)"},
+					{Name: "slot", Type: int64Type, NotNull: true},
+					{Name: "token", Type: int64Type, NotNull: true},
+					{Name: "holder_id", Type: stringOf(1024)},
+					{Name: "session_id", Type: stringOf(64)},
+					{Name: "ttl_ms", Type: int64Type},
+					{Name: "acquired_at", Type: timestampType, CommitTimestamp: true},
+					{Name: "renewed_at", Type: timestampType, CommitTimestamp: true},
+					{Name: "payload", Type: bytesType},
 					// high_water is, by the holder's wall clock, the latest
 					// moment it may have used the slot, as of its acquisition
 					// or release; a worker ID's next holder waits past it (or
 					// past its session's) so IDs never go back in time.
-					{Name: "high_water", Type: "TIMESTAMP"},
+					{Name: "high_water", Type: timestampType},
 				},
 				Key: []string{"name", "slot"},
 			}
@@ -180,18 +279,12 @@ func addColumns(cols ...Column) change {
 	}
 }
 
-// firstToken and clockToken are the two defaults of the token column.
-const (
-	firstToken = "1"
-	clockToken = "UNIX_MICROS(CURRENT_TIMESTAMP())"
-)
-
-func setDefault(column, expr string) change {
+func setDefault(column string, v DefaultValue) change {
 	return func(s *Schema, _ string) {
 		t := &s.Tables[0]
 		for i := range t.Columns {
 			if t.Columns[i].Name == column {
-				t.Columns[i].Default = expr
+				t.Columns[i].Default = Default{Value: v}
 			}
 		}
 	}
@@ -212,15 +305,16 @@ func definition(table string, version int, clockSeeded bool) Schema {
 	s := Definition(table, version)
 	if clockSeeded {
 		for i, c := range s.Tables[0].Columns {
-			if c.Name == "token" && c.Default != "" {
-				s.Tables[0].Columns[i].Default = clockToken
+			if c.Name == "token" && c.Default.Value != NoDefault {
+				s.Tables[0].Columns[i].Default = Default{Value: ClockToken}
 			}
 		}
 	}
 	return s
 }
 
-// Definition returns the schema of the given version for the named lock table.
+// Definition returns the schema of the given version for the named lock
+// table, in neither dialect's spelling.
 func Definition(table string, version int) Schema {
 	if version < 1 || version > Latest {
 		panic(fmt.Sprintf("locktable: no schema version %d (versions are 1..%d)", version, Latest))
@@ -251,4 +345,48 @@ func ValidateTableName(name string) error {
 		return fmt.Errorf("table name %q must start with a letter and contain only letters, digits and underscores", name)
 	}
 	return nil
+}
+
+// Companions returns the names of the tables that make up the lock table
+// named table besides itself, at the latest version.
+func Companions(table string) []string {
+	s := Definition(table, Latest)
+	names := make([]string, 0, len(s.Tables)-1)
+	for _, t := range s.Tables[1:] {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+// ConflictingNames returns the names of the tables whose existence keeps a
+// lock table named table from being created: its companions' names, and the
+// lock tables whose companion it would be named like. Spanner keeps table
+// names unique regardless of case, in both dialects, and so does Conflict.
+func ConflictingNames(table string) []string {
+	names := Companions(table)
+	for _, companion := range Companions("") {
+		// Companions("") is the bare suffixes.
+		if len(table) > len(companion) && strings.EqualFold(table[len(table)-len(companion):], companion) {
+			if base := table[:len(table)-len(companion)]; ValidateTableName(base) == nil {
+				names = append(names, base)
+			}
+		}
+	}
+	return names
+}
+
+// Conflict says why a table named other (existing, or to be created) keeps a
+// lock table named table from being created, or returns "" when it does not.
+func Conflict(table, other string) string {
+	for _, c := range Companions(table) {
+		if strings.EqualFold(c, other) {
+			return fmt.Sprintf("lock table %s needs the name %s for a companion table", table, c)
+		}
+	}
+	for _, c := range Companions(other) {
+		if strings.EqualFold(c, table) {
+			return fmt.Sprintf("%s is the name of a companion table of lock table %s", table, other)
+		}
+	}
+	return ""
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -13,20 +12,13 @@ import (
 // TryAcquire acquires the named lease if no one holds it, in one read-write
 // transaction. When a live holder has it, including this Client (leases are
 // not re-entrant), the error matches ErrNotAcquired and, for another holder,
-// is a *HeldError naming it.
+// is a *HeldError naming it. A returned lease is live: if its session ended
+// while it was acquired, TryAcquire tries again with a new one.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: TryAcquire: %w", err)
 	}
-	busy, err := c.reserve(name)
-	if err != nil {
-		return nil, err
-	}
-	if busy != nil {
-		return nil, fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, name)
-	}
-	l, _, err := c.acquireOnce(ctx, name, newAcquireConfig(opts))
-	return c.finish(name, l, err)
+	return c.acquire(ctx, "TryAcquire", lockTarget{lockName: name}, newAcquireConfig(opts), true)
 }
 
 // Acquire blocks until it holds the named lease or ctx ends; then it returns
@@ -38,39 +30,56 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: Acquire: %w", err)
 	}
-	return c.acquire(ctx, name, newAcquireConfig(opts))
+	return c.acquire(ctx, "Acquire", lockTarget{lockName: name}, newAcquireConfig(opts), false)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, cfg acquireConfig) (*Lease, error) {
-	w := waiter{c: c, name: name}
+// acquire takes t, once when try is set, else retrying and waiting until it
+// holds t or ctx ends. op names the public call, for its span; the call
+// counts once in the metrics, when it ends.
+func (c *Client) acquire(ctx context.Context, op string, t target, cfg acquireConfig, try bool) (*Lease, error) {
+	began := time.Now()
+	sctx, span := c.tel.start(ctx, op, attrName.String(t.name()), attrKind.String(t.kind()))
+	l, err := c.acquireOrWait(sctx, t, cfg, try)
+	result := c.tel.acquired(ctx, t.kind(), try, began, err)
+	if l != nil {
+		span.SetAttributes(attrToken.Int64(l.token))
+		if l.slot != lockSlot {
+			span.SetAttributes(attrSlot.Int64(l.slot))
+		}
+	}
+	if result == resultError {
+		end(span, result, err)
+	} else {
+		end(span, result, nil)
+	}
+	return l, err
+}
+
+func (c *Client) acquireOrWait(ctx context.Context, t target, cfg acquireConfig, try bool) (*Lease, error) {
+	w := waiter{c: c, name: t.name()}
 	for {
-		busy, err := c.reserve(name)
-		if err != nil {
-			return nil, err
+		l, err := c.acquireOnce(ctx, t, cfg)
+		if err == nil {
+			return l, nil
 		}
-		if busy != nil {
-			if err := w.sleep(ctx, busy, 0); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		l, holder, err := c.acquireOnce(ctx, name, cfg)
-		if l, err = c.finish(name, l, err); err == nil {
-			if l.ctx.Err() == nil {
-				return l, nil
-			}
-			// Its session ended while it was acquired (renewals failing):
-			// try again rather than return a lease that is already lost.
-			continue
-		}
+		var b *busy
 		switch {
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("lease: Acquire %q: %w", name, ctx.Err())
-		case errors.Is(err, ErrNotAcquired):
-			err = w.untilFree(ctx, holder)
 		case errors.Is(err, ErrClosed), errors.Is(err, errCompleted):
-		case transient(err):
-			c.log.Warn("acquire failed; retrying", "name", name, "err", err)
+			return nil, err
+		case ctx.Err() != nil:
+			// Spanner's own deadline error does not wrap ctx's; callers
+			// match errors.Is(err, context.DeadlineExceeded).
+			return nil, fmt.Errorf("lease: acquiring %q: %w", t.name(), ctx.Err())
+		case errors.Is(err, errReaped):
+			continue
+		case try:
+			return nil, err
+		case errors.As(err, &b):
+			err = w.untilFree(ctx, t, b)
+		case transient(err), errors.As(err, new(errSessionGone)), errors.Is(err, ErrLeaseLost):
+			// An outage, or sessions ending as fast as they start (a
+			// loaded machine): the next try starts a new one.
+			c.log.Warn("acquire failed; retrying", "name", t.name(), "err", err)
 			err = w.sleep(ctx, nil, 0)
 		}
 		if err != nil {
@@ -79,125 +88,233 @@ func (c *Client) acquire(ctx context.Context, name string, cfg acquireConfig) (*
 	}
 }
 
-// errHeld rolls back an acquiring transaction that found a live holder, and
-// errCompleted one that found its RunOnce slot already done.
-var (
-	errHeld      = errors.New("held")
-	errCompleted = errors.New("completed")
-)
+// bornLostRetries bounds how often one acquisition starts again because its
+// session ended while the transaction ran.
+const bornLostRetries = 2
 
-// acquireOnce runs the acquiring transaction once (the Spanner client retries
-// aborts), and once more if it found this Client's session gone. When the
-// lease is held it returns the holder's row.
-func (c *Client) acquireOnce(ctx context.Context, name string, cfg acquireConfig) (*Lease, row, error) {
-	l, r, err := c.acquireLock(ctx, c.currentSession(), name, cfg)
-	var gone errSessionGone
-	if errors.As(err, &gone) {
-		c.endSession(gone.s, "its session expired in Spanner")
-		l, r, err = c.acquireLock(ctx, c.currentSession(), name, cfg)
+// acquireOnce runs the acquiring transaction once, and again (with a new
+// session) when the session it used turned out to be gone or ended while it
+// ran, so that it never returns a lease that is already lost.
+func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig) (*Lease, error) {
+	if err := c.prepare(ctx); err != nil {
+		return nil, err
 	}
-	return l, r, err
+	wait, err := c.reserve(t)
+	if err != nil {
+		return nil, err
+	}
+	if wait != nil {
+		return nil, &busy{err: fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, t.name()), local: wait}
+	}
+	for tries := 0; ; tries++ {
+		s, r, err := c.join(ctx)
+		if err != nil {
+			c.unreserve(t)
+			return nil, err
+		}
+		g, err := c.attempt(ctx, s, r, t, cfg)
+		var gone errSessionGone
+		if errors.As(err, &gone) && tries < bornLostRetries {
+			continue
+		}
+		if err != nil {
+			c.unreserve(t)
+			return nil, err
+		}
+		l := newLease(s, t, g, cfg.payload)
+		if !c.register(t, l) {
+			c.giveBack(l)
+			return nil, ErrClosed
+		}
+		if s.isEnded() {
+			// The session ended while the transaction ran: registered
+			// first, the lease cannot have escaped endSession's losses.
+			l.lose(s.endReason(), "its session ended while it was acquired")
+			if tries < bornLostRetries {
+				if err := c.reserveAgain(t); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, context.Cause(l.ctx)
+		}
+		return l, nil
+	}
 }
 
-func (c *Client) acquireLock(ctx context.Context, s *session, name string, cfg acquireConfig) (*Lease, row, error) {
-	var (
-		sent     time.Time
-		token    int64
-		wrote    bool
-		creating bool
-		blocker  row
-	)
-	known := c.knows(name)
-	resp, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		sent, wrote, creating = time.Now(), false, false
-		if !known {
-			// A name this Client has not seen is usually new: inserting it
-			// first is then the whole acquisition (one statement, the
-			// schema's default picking the token). An existing row is left
-			// alone and read below. This Client's session has not been read,
-			// so its local state stands in: live unless it ended.
-			created, _, _ := s.state()
-			inserted, err := c.insertFirstRow(ctx, tx, s, name, cfg, &token)
-			if err != nil {
-				return err
-			}
-			if inserted {
-				creating, err = c.joinSession(tx, s, spanner.NullBool{Bool: created, Valid: created}, sent)
-				wrote = err == nil
-				return err
-			}
-		}
-		r, err := readRow(ctx, tx, c.sql, name, s.id)
-		switch {
-		case err != nil:
-			return err
-		case r.kind.Valid:
-			return fmt.Errorf("lease: %q is %s, not a lock: choose another name", name, describeKind(r.kind))
-		case cfg.untilCompleted && r.completed:
-			return errCompleted
-		// A live row of this Client's session that reserve let us acquire is
-		// an orphan: an acquisition whose commit was never confirmed, or a
-		// lease lost by Guard. Nothing uses it, so this acquisition
-		// supersedes it with a larger token.
-		case r.live && r.sessionID.StringVal != s.id:
-			blocker = r
-			return errHeld
-		}
-		if creating, err = c.joinSession(tx, s, r.self, sent); err != nil {
-			return err
-		}
-		if !r.found {
-			// Deleted by cleanup since this Client saw it: a first row again.
-			inserted, err := c.insertFirstRow(ctx, tx, s, name, cfg, &token)
-			wrote = inserted
-			return err
-		}
-		token = r.token.Int64 + 1
-		wrote = true
-		return tx.BufferWrite([]*spanner.Mutation{spanner.Update(c.sql.table,
-			[]string{"name", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload"},
-			[]any{name, token, c.cfg.holderID, s.id, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, cfg.payload},
-		)})
-	}, spanner.TransactionOptions{TransactionTag: "spannerlock-acquire"})
+// attempt is one acquiring transaction of a target by a session.
+type attempt struct {
+	c    *Client
+	s    *session
+	role role
+	cfg  acquireConfig
+	// sent is when the transaction began: the session's deadline counts from it.
+	sent time.Time
+}
 
-	acquiredAt := resp.CommitTs
-	switch {
-	case errors.Is(err, errHeld):
-		c.remember(name)
-		return nil, blocker, &HeldError{Holder: blocker.holder()}
-	case err != nil && wrote:
+// useSession checks, inside the transaction, what Spanner says of the
+// session (self; see role.check) and buffers the role's write of its row.
+func (a *attempt) useSession(tx *spanner.ReadWriteTransaction, self spanner.NullBool) error {
+	if err := a.role.check(a.s, self); err != nil {
+		return err
+	}
+	if m := a.role.write(a.c, a.s, a.sent); m != nil {
+		return tx.BufferWrite([]*spanner.Mutation{m})
+	}
+	return nil
+}
+
+// attempt runs one acquiring transaction (the Spanner client retries its
+// aborts) and settles what its outcome means for the session: confirmed,
+// certainly not written, ended (gone from Spanner), or unknown.
+func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg acquireConfig) (grant, error) {
+	var (
+		a          *attempt
+		g          grant
+		committing bool
+		reaped     bool
+	)
+	if r == create {
+		// Whatever ends this attempt without confirming or abandoning the
+		// session: it rolled back before committing, so nothing was written.
+		defer s.notCreated()
+	}
+	actx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
+	defer cancel()
+	resp, err := c.db.ReadWriteTransactionWithOptions(actx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+		a = &attempt{c: c, s: s, role: r, cfg: cfg, sent: time.Now()}
+		var err error
+		g, err = t.take(ctx, tx, a)
+		reaped = errors.Is(err, errReaped)
+		committing = err == nil || reaped
+		if reaped {
+			return nil
+		}
+		return err
+	}, spanner.TransactionOptions{TransactionTag: "spannerlock-acquire"})
+	if err != nil && committing && !reaped {
 		// The commit may have happened (DEADLINE_EXCEEDED or UNAVAILABLE on
 		// Commit): read the row rather than guess.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ttl/2)
-		defer cancel()
-		r, rerr := readRow(rctx, c.db.Single(), c.sql, name, "")
-		if rerr != nil || !r.heldBy(s.id, token) {
-			return nil, row{}, c.explain(err)
+		if got, held := c.heldAfter(ctx, t, s, g); held {
+			c.log.Info("acquisition committed despite an error", "name", t.name(), "token", g.token, "err", err)
+			err, resp.CommitTs = nil, got.acquired.Time
+		} else {
+			c.outcomeUnknown(s, r, t, g)
+			return grant{}, c.explain(err)
 		}
-		c.log.Info("acquisition committed despite an error", "name", name, "token", token, "err", err)
-		acquiredAt = r.acquired.Time
-	case err != nil:
-		return nil, row{}, c.explain(err)
 	}
-	if creating {
-		s.extend(sent, true)
+	var gone errSessionGone
+	switch {
+	case err == nil && reaped:
+		c.remember(t)
+		return grant{}, errReaped
+	case err == nil:
+		g.acquiredAt = resp.CommitTs
+		s.confirmed(r, a.sent)
+		c.remember(t)
+		c.log.Debug("acquired", "name", t.name(), "slot", g.slot, "token", g.token)
+		return g, nil
+	case errors.As(err, &gone) && r == create:
+		c.abandon(s, "its ID was already in Spanner")
+		return grant{}, err
+	case errors.As(err, &gone):
+		c.endSession(s, lossSessionGone, "an acquisition found its session expired in Spanner")
+		return grant{}, err
 	}
-	c.remember(name)
-	c.log.Debug("acquired", "name", name, "token", token)
-	return newLease(s, name, lockSlot, token, cfg.payload, acquiredAt), row{}, nil
+	var b *busy
+	if errors.As(err, &b) || errors.Is(err, errCompleted) {
+		c.remember(t)
+		return grant{}, err
+	}
+	return grant{}, c.explain(err)
 }
 
-// insertFirstRow inserts the first row of name unless one exists, and
-// reports whether it did; token is then the schema's default.
-func (c *Client) insertFirstRow(ctx context.Context, tx *spanner.ReadWriteTransaction, s *session, name string, cfg acquireConfig, token *int64) (bool, error) {
-	inserted := false
-	err := tx.Query(ctx, spanner.Statement{SQL: c.sql.insert, Params: map[string]any{
-		"name": name, "holder": c.cfg.holderID, "session": s.id, "ttl": c.cfg.ttl.Milliseconds(), "payload": cfg.payload,
-	}}).Do(func(sr *spanner.Row) error {
-		inserted = true
-		return sr.Column(0, token)
-	})
-	return inserted, err
+// heldAfter reads whether an acquisition whose commit reported an error
+// holds its grant after all. A strong read sees every commit that finished
+// before it began; one still in flight is settled by outcomeUnknown.
+func (c *Client) heldAfter(ctx context.Context, t target, s *session, g grant) (row, bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
+	defer cancel()
+	r, err := t.read(rctx, c.db.Single(), c, g)
+	return r, err == nil && r.heldBy(s.id, g.token)
+}
+
+// outcomeUnknown makes sure an acquisition that may yet commit holds nothing
+// for longer than a TTL. A creator's session is abandoned (its row is
+// written as expired, which also makes a late insert of it fail). A joiner's
+// transaction read its session row, so the next renewal, which writes that
+// row, is ordered after it by Spanner: it clears the grant if it landed.
+func (c *Client) outcomeUnknown(s *session, r role, t target, g grant) {
+	if r == create {
+		c.abandon(s, "the acquisition that created it has an unknown outcome")
+		return
+	}
+	c.letGoLater(s, letGo{leaseKey: leaseKey{name: t.name(), slot: g.slot, token: g.token}})
+}
+
+// reserve claims a lock name for one acquisition by this Client; it returns
+// a channel to wait on when the name is already held or being acquired here.
+// Slots need no claim: a Client may hold several permits of one semaphore.
+func (c *Client) reserve(t target) (<-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if !t.lock() {
+		return nil, nil
+	}
+	st := c.state(t.name())
+	if st.acquiring || st.held != nil {
+		return st.changed, nil
+	}
+	st.acquiring = true
+	return nil, nil
+}
+
+// reserveAgain claims a lock name again after its lease was born lost.
+func (c *Client) reserveAgain(t target) error {
+	wait, err := c.reserve(t)
+	if err == nil && wait != nil {
+		err = fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, t.name())
+	}
+	return err
+}
+
+// unreserve ends a claim that acquired nothing.
+func (c *Client) unreserve(t target) {
+	if !t.lock() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.state(t.name())
+	st.acquiring = false
+	c.settle(t.name(), st)
+}
+
+// register records a newly held lease so that it is renewed, ending the
+// claim on its name; it reports false if the Client closed meanwhile.
+func (c *Client) register(t target, l *Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.lock() {
+		st := c.state(l.name)
+		st.acquiring = false
+		defer c.settle(l.name, st)
+		if c.closed {
+			return false
+		}
+		st.held = l
+	} else {
+		if c.closed {
+			return false
+		}
+		c.permits[l.key().slotKey()] = l
+	}
+	l.registered()
+	c.startKeeper()
+	return true
 }
 
 // maxKnownNames bounds the memory of names a Client has seen exist; past
@@ -212,128 +329,15 @@ func (c *Client) knows(name string) bool {
 	return ok
 }
 
-func (c *Client) remember(name string) {
+// remember records that a lock's row exists.
+func (c *Client) remember(t target) {
+	if !t.lock() {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.known) >= maxKnownNames {
 		clear(c.known)
 	}
-	c.known[name] = struct{}{}
-}
-
-// reserve claims name for one acquisition by this Client. It returns a
-// channel to wait on when the name is already held or being acquired here.
-func (c *Client) reserve(name string) (<-chan struct{}, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
-	st := c.state(name)
-	if st.acquiring || st.held != nil {
-		return st.changed, nil
-	}
-	st.acquiring = true
-	return nil, nil
-}
-
-// finish ends the reservation of name, registering l as held.
-func (c *Client) finish(name string, l *Lease, err error) (*Lease, error) {
-	c.mu.Lock()
-	st := c.state(name)
-	st.acquiring = false
-	closed := c.closed
-	if l != nil && !closed {
-		st.held = l
-		c.startKeeper()
-	}
-	c.settle(name, st)
-	c.mu.Unlock()
-	if l != nil && closed {
-		// Close ran while the transaction was in flight: give the lease back.
-		c.giveBack(l)
-		return nil, ErrClosed
-	}
-	if l != nil {
-		l.checkSession()
-	}
-	return l, err
-}
-
-// waiter paces one blocked acquisition.
-type waiter struct {
-	c       *Client
-	name    string
-	attempt int
-}
-
-// untilFree waits until the lease described by holder may be free: a release
-// in this process, its expiry by Spanner's clock, or a poll that finds it free.
-func (w *waiter) untilFree(ctx context.Context, holder row) error {
-	signal, unsubscribe := subscribe(w.c.signalPrefix + w.name)
-	defer unsubscribe()
-	for {
-		if err := w.sleep(ctx, signal, holder.remaining()); err != nil || isClosed(signal) {
-			return err
-		}
-		r, err := readRow(ctx, w.c.db.Single(), w.c.sql, w.name, "")
-		switch {
-		case err != nil && ctx.Err() == nil && transient(err):
-			w.c.log.Warn("polling a held lease failed; retrying", "name", w.name, "err", err)
-			continue
-		case err != nil && ctx.Err() != nil:
-			// Spanner's own deadline error does not wrap ctx's; callers
-			// match errors.Is(err, context.DeadlineExceeded).
-			return fmt.Errorf("lease: waiting for %q: %w", w.name, ctx.Err())
-		case err != nil:
-			return w.c.explain(err)
-		case !r.live || r.sessionID.StringVal == w.c.currentSession().id:
-			return nil
-		}
-		holder = r
-	}
-}
-
-// sleep waits for the next backoff step, cut short by wake, by expiry of
-// whatever blocks us (when positive), by ctx, or by Close.
-func (w *waiter) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration) error {
-	d := backoff(w.attempt, w.c.cfg.pollInterval)
-	w.attempt++
-	if expiry > 0 && expiry+expiryGrace < d {
-		d = expiry + expiryGrace
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("lease: Acquire %q: %w", w.name, ctx.Err())
-	case <-w.c.background.Done():
-		return ErrClosed
-	case <-wake:
-	case <-t.C:
-	}
-	return nil
-}
-
-// expiryGrace lets Spanner's clock pass a holder's expiry before we look,
-// so a waiter polls once per expiry rather than just before it.
-const expiryGrace = 5 * time.Millisecond
-
-// backoff grows from 25ms to limit, jittered upwards so that waiters spread
-// out without ever polling more often than once per limit.
-func backoff(attempt int, limit time.Duration) time.Duration {
-	d := limit
-	if attempt < 16 {
-		d = min(limit, 25*time.Millisecond<<attempt)
-	}
-	return d + time.Duration(rand.Int64N(int64(d/4)+1))
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
+	c.known[t.name()] = struct{}{}
 }

@@ -2,7 +2,10 @@
 // Google Cloud Spanner, with monotonic fencing tokens.
 //
 // A Client works on one lock table (create it with the Terraform resource
-// spannerlock_table, or apply DDL(table) with your own migration tool):
+// spannerlock_table, or apply DDL(table), or PostgreSQL.DDL(table) in a
+// PostgreSQL-dialect database, with your own migration tool). Databases of
+// both Spanner dialects are supported, with the same guarantees and the same
+// RPCs: a Client reads its database's dialect and speaks it.
 //
 //	c, err := lease.NewClient(db, "locks", lease.WithTTL(10*time.Second))
 //	l, err := c.Acquire(ctx, "nightly-report")
@@ -22,47 +25,83 @@
 // first acquisition of a name gets 1. Tokens are never hashes and never
 // reused. In a table with cleanup (spannerlock_table's cleanup_after),
 // Spanner deletes rows not renewed for days, and with them a name's counter;
-// there a name's first token is the commit time in microseconds, so a name
-// whose row was deleted resumes above every token it had. Guard checks the token inside your own Spanner transaction; systems
-// outside Spanner should store the largest token they have seen and reject
-// smaller ones.
+// there a name's first token is Spanner's clock (CURRENT_TIMESTAMP()) in
+// microseconds when its row is inserted. That is above every token the name
+// had before its row was deleted: tokens grow by one per acquisition, the
+// acquisitions of one name commit at least a microsecond apart, and a row is
+// deleted only days after its last one. Guard checks the token inside your
+// own Spanner transaction; systems outside Spanner should store the largest
+// token they have seen and reject smaller ones.
 //
-// Spanner's clock. A lease expires when Spanner's CURRENT_TIMESTAMP() passes
-// the commit timestamp of its last renewal plus the TTL stored with it when
-// it was acquired. No client clock is compared with another, and every reader
-// judges expiry by the holder's TTL, not its own.
+// Spanner's clock. Every lease names the session of the Client holding it,
+// and lives as long as that session does: until Spanner's
+// CURRENT_TIMESTAMP() passes the commit timestamp of the session's last
+// renewal plus the TTL stored with the session. No client clock is compared
+// with another, and every reader judges expiry by the holder's TTL, not its
+// own.
 //
 // One transaction per acquisition. Acquiring a free or expired lease is one
 // read-write transaction of two RPCs, whether the name is new (the schema
 // picks its first token) or known; the first acquisition by a Client of a
 // name that already exists costs one more statement, once. Releasing is one
-// more transaction.
+// more transaction of two RPCs. The first call that reaches Spanner in a
+// process also reads the database's dialect (one query), once for all the
+// Clients of that database.
 //
 // One session per Client. Every lease a Client holds names its session, one
 // row that is renewed once per renewal interval for all of them: two RPCs
 // and one row written per interval, whatever the number of leases. The
-// renewal first reads, for every lease, whether its row still names the
-// session with the lease's token: a compare-and-set on holder and token; a
-// lease that fails it is lost. If the session itself expired in Spanner,
-// every lease of the Client is lost and the next acquisition starts a new
-// session, so a lease presumed lost never comes back to life.
+// renewal also reads whether each lease's row still names the session with
+// the lease's token, a compare-and-set on holder and token; a lease that
+// fails it is lost. One renewal checks at most 1,000 leases, taking them in
+// turn, and every commit the Client makes stays far below Spanner's 80,000
+// mutations, however many leases or expired permits there are. If the
+// session expired in Spanner, every lease of the Client is lost and the next
+// acquisition starts a new session, so a lease presumed lost never comes
+// back to life. A Client is safe for concurrent use from its first call.
 //
-// Loss before takeover. A lease's Context is cancelled when a renewal
-// confirms the lease is gone, and at its session's local deadline: the start
-// of the last confirmed renewal (or of the transaction that created the
-// session) plus TTL minus a safety margin of TTL/10, on the monotonic clock. A Spanner commit timestamp is
-// never earlier than the moment its transaction began, so the holder's
-// Context ends before any rival can acquire. The margin is the time the
-// holder has to stop work.
+// Loss before takeover. A lease's Context is cancelled when a renewal or
+// Guard confirms the lease is gone, and at its session's local deadline: the
+// start of the last confirmed write of the session row (a renewal, or the
+// acquisition that created or refreshed it) plus TTL minus a safety margin
+// of TTL/10, on the monotonic clock. A Spanner commit timestamp is never
+// earlier than the moment its transaction began, so the holder's Context
+// ends before any rival can acquire. The margin is the time the holder has
+// to stop work. Every lease has a local deadline: the Client counts only
+// writes of its session row that it saw commit, and when the outcome of the
+// commit that would create the row is unknown, it abandons that session
+// (writing it as expired) and starts a new one rather than guess. A lease
+// acquired after the Client held nothing for a while renews the idle session
+// in the same transaction, so it starts with close to a full TTL.
 //
 // No false alarms. A failed renewal (one lost RPC, an abort, a brief outage)
 // is retried with backoff until the local deadline; the Context is cancelled
-// only when ownership is confirmed lost or the deadline passes.
+// only when ownership is confirmed lost or the deadline passes. Each renewal
+// times out after half the renewal interval, so two renewals can fail, even
+// by hanging, and a third still renew in time. Guard does not read the
+// session row inside the caller's transaction, so a long guarded transaction
+// never holds up the renewals of the Client's leases.
 //
-// Ambiguous commits. When a commit fails in a way that leaves its outcome
+// Unknown outcomes. When a commit fails in a way that leaves its outcome
 // unknown (DEADLINE_EXCEEDED or UNAVAILABLE on Commit), Acquire and Release
-// read the row to learn what happened instead of guessing; a renewal with an
-// unknown outcome extends nothing and is retried.
+// read the row to learn what happened instead of guessing. If that read
+// fails too, a lease that may have been acquired, or may not have been
+// released, is left to the Client's next renewal, which Spanner orders after
+// the unknown transaction (both use the session row) and which clears the
+// row if it still names the lease. A renewal with an unknown outcome extends
+// nothing and is retried.
+//
+// Letting go. No lease stays held for longer than a TTL, plus one renewal
+// that may have been under way, after its owner let go: a Release,
+// including one that failed; a Campaign that stepped down or ended; a
+// RunOnce that finished; an acquisition whose outcome was never learnt; or
+// Close. A lease let go is no longer renewed.
+//
+// Bounded calls. Every database call the Client makes on its own has a
+// deadline: acquisition attempts, releases, RunOnce completions and the
+// reads that settle unknown outcomes at TTL minus the safety margin (at
+// most 10s), renewals at half the renewal interval, Close at the TTL (at
+// most 5s). Calls also end with the caller's context.
 //
 // # Details
 //
@@ -77,17 +116,18 @@
 //     same process wakes it at once.
 //   - TryAcquire returns an error matching ErrNotAcquired (a *HeldError that
 //     names the holder) when the lease is held, including by the same Client:
-//     leases are not re-entrant.
+//     leases are not re-entrant. Neither Acquire nor TryAcquire returns a
+//     lease that is already lost.
 //   - Holder returns an error matching ErrNoHolder when no one holds the lease.
 //     Holder.HolderID is exactly the WithHolderID value.
-//   - Guard reads the lease row inside the caller's transaction and checks
-//     holder, token and expiry on Spanner's clock; it never trusts the local
+//   - Guard reads the lease row inside the caller's transaction, and asks
+//     Spanner whether the holder's session is live; it never trusts the local
 //     Context alone. Run the transaction under l.Context().
-//   - Release makes the lease acquirable at once. Release of a lease that was
-//     already lost returns an error matching ErrLeaseLost; a second Release
-//     returns nil.
-//   - Close releases every lease the Client holds, by deleting its session,
-//     and returns within the TTL (at most 5s) even when Spanner is
+//   - Release makes the lease acquirable at once; its Context ends first.
+//     Release of a lease that was already lost returns an error matching
+//     ErrLeaseLost; a second Release returns nil.
+//   - Close releases every lease the Client holds, by writing its session as
+//     expired, and returns within the TTL (at most 5s) even when Spanner is
 //     unreachable; it does not close the spanner.Client.
 //   - Campaign runs a leader election that rejoins after a loss and calls its
 //     callbacks only on transitions; Observe reports changes of holder.
@@ -98,26 +138,78 @@
 //     spannerlock_semaphore Terraform resource). AcquirePermit blocks and
 //     TryAcquirePermit fails with ErrNotAcquired when all permits are held;
 //     a permit is a *Lease with its own token, and tokens grow across all
-//     permits of a semaphore. Never more permits are live than the limit:
-//     lowering it takes nothing away, but grants nothing until fewer are
-//     held. A permit of a holder that dies is freed when its lease expires.
-//     An undeclared semaphore fails with ErrUnknownSemaphore.
+//     permits of a semaphore. A grant never makes more permits live than the
+//     limit. Lowering the limit takes nothing away: until enough holders
+//     release, more permits than the new limit stay live, and none is
+//     granted. A permit of a holder that dies is freed when its lease
+//     expires. An undeclared semaphore fails with ErrUnknownSemaphore.
 //   - RunOnce runs a job for one schedule slot on exactly one of the
 //     replicas that call it and records its success, so a late replica does
 //     not run it again; if the runner crashes, another takes over after its
-//     lease expires.
+//     lease expires. The record is a row of the table: in a table with
+//     cleanup_after, it is deleted that long after the slot was last
+//     acquired, so do not call RunOnce for slots older than that.
 //   - AcquireWorkerID leases a unique ID in [0, max) from a pool for
 //     Snowflake-style generators (package idgen adapts sony/sonyflake and
-//     bwmarrin/snowflake); a reacquired ID never goes back in time.
+//     bwmarrin/snowflake); a reacquired ID never goes back in time (see
+//     WorkerID for the clock assumption).
 //   - AcquirePermit and AcquireWorkerID return an error wrapping ctx.Err()
 //     when ctx ends, and Release of a permit or worker ID already lost returns
 //     an error matching ErrLeaseLost, as for locks.
 //
+// # Observability
+//
+// A Client records OpenTelemetry metrics and spans through the global
+// MeterProvider and TracerProvider, or those given with WithMeterProvider and
+// WithTracerProvider; the package depends on the OpenTelemetry API only. The
+// instrumentation scope is this package's import path. Every instrument
+// carries spannerlock.table; lock names go on spans only.
+//
+//   - spannerlock.lease.held (UpDownCounter, {lease}): leases held now, by
+//     spannerlock.kind (lock, permit, worker_id).
+//   - spannerlock.lease.acquisitions (Counter, {acquisition}): acquisition
+//     calls by spannerlock.kind and spannerlock.result: acquired;
+//     not_acquired (held by another until TryAcquire refused or a blocking
+//     call's context ended); error. A blocking call counts once, when it
+//     ends; its polls do not count.
+//   - spannerlock.lease.losses (Counter, {loss}): held leases lost, by
+//     spannerlock.kind and spannerlock.reason: deadline (no renewal was
+//     confirmed before the local deadline), taken (a renewal, Guard or
+//     Release found the row released or with another token), session_gone
+//     (Spanner says the Client's session expired or was deleted).
+//   - spannerlock.renewal.duration (Histogram, s): each renewal transaction.
+//   - spannerlock.acquire.wait (Histogram, s): how long a blocking
+//     acquisition waited, by spannerlock.kind and spannerlock.result.
+//
+// Spans: spannerlock.Acquire, spannerlock.TryAcquire,
+// spannerlock.AcquirePermit, spannerlock.TryAcquirePermit,
+// spannerlock.AcquireWorkerID, spannerlock.RunOnce (with the Acquire and
+// spannerlock.Complete of its slot beneath it), spannerlock.Release and
+// spannerlock.Renew, children of the caller's span, with spannerlock.name,
+// spannerlock.token, spannerlock.slot and spannerlock.outcome. The Spanner
+// client's own spans are beneath them. A RunOnce job runs under the
+// spannerlock.RunOnce span, and a leader's OnStartedLeading under the span
+// of Campaign's caller. A loss is also visible without
+// OpenTelemetry: the lease's Context has a cause saying why, and the Client
+// logs it once at Warn.
+//
 // # Assumptions
 //
-// Safety (one holder at a time, as seen by Guard) relies only on Spanner's
-// transactions. The early loss signal additionally assumes the holder's
-// monotonic clock does not run more than 10% slow over one TTL, and that a
-// process resumed after a pause longer than the safety margin checks its
-// Context or uses Guard before acting; that is what fencing tokens are for.
+// Safety (one holder at a time as seen by Guard, tokens that only grow, a
+// semaphore within its limit at every grant) relies only on Spanner's
+// transactions.
+//
+// The early loss signal (a lease's Context ends before a rival can acquire)
+// also assumes that the holder's monotonic clock does not run more than 10%
+// slow against Spanner's over one TTL, and that the holder's timers are not
+// delayed, nor the process paused, by more than the safety margin (TTL/10);
+// a process resumed after a longer pause must check its Context or use Guard
+// before acting, which is what fencing tokens are for. WorkerID.Use checks
+// the deadline itself rather than trust the timer.
+//
+// Worker IDs never go back in time whatever the offset between the wall
+// clocks of successive holders: each waits until its own clock passes its
+// predecessor's mark, taken by the predecessor's clock. This assumes a
+// holder's wall clock does not step, forward or back, by more than the
+// safety margin (TTL/10) while it holds the ID.
 package lease

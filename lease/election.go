@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // LeaderCallbacks are called on leadership transitions only, never per renewal.
@@ -88,7 +90,8 @@ func (c *Client) Campaign(ctx context.Context, name string, cb LeaderCallbacks, 
 // lead runs one term of leadership until the lease ends or ctx does.
 func (c *Client) lead(ctx context.Context, l *Lease, cb LeaderCallbacks) {
 	c.log.Info("started leading", "name", l.name, "token", l.token)
-	work, stop := context.WithCancel(l.Context())
+	// The leader's work ends with the lease, and belongs to the caller's span.
+	work, stop := context.WithCancel(trace.ContextWithSpan(l.Context(), trace.SpanFromContext(ctx)))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

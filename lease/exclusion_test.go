@@ -16,7 +16,11 @@ import (
 )
 
 // counterDDL is the fenced resource: a counter and the last token that wrote it.
-const counterDDL = `CREATE TABLE counters (name STRING(MAX) NOT NULL, value INT64 NOT NULL, last_token INT64 NOT NULL) PRIMARY KEY (name)`
+func counterDDL(t *testing.T) string {
+	return inDialect(t,
+		`CREATE TABLE counters (name STRING(MAX) NOT NULL, value INT64 NOT NULL, last_token INT64 NOT NULL) PRIMARY KEY (name)`,
+		`CREATE TABLE counters (name varchar NOT NULL, value bigint NOT NULL, last_token bigint NOT NULL, PRIMARY KEY (name))`)
+}
 
 // guardedIncrement adds one to the counter inside a transaction protected by
 // Guard. It fails if the token is not larger than the last one that wrote:
@@ -45,96 +49,100 @@ func guardedIncrement(ctx context.Context, sc *spanner.Client, l *lease.Lease) e
 }
 
 func TestMutualExclusionWithGuardedWrites(t *testing.T) {
-	const (
-		clients    = 8
-		increments = 6
-	)
-	ctx := emulator.Context(t)
-	db := emulator.Database(t, append(lease.DDL(table), counterDDL)...)
-	setup := emulator.Client(t, db)
-	_, err := setup.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
-	fatalIf(t, err, "seed counter")
+	eachDialect(t, func(t *testing.T) {
+		const (
+			clients    = 8
+			increments = 6
+		)
+		ctx := emulator.Context(t)
+		db := newDatabase(t, counterDDL(t))
+		setup := emulator.Client(t, db)
+		_, err := setup.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
+		fatalIf(t, err, "seed counter")
 
-	// A lease may be lost under load (the emulator aborts all but one
-	// transaction at a time, so renewals can starve); then Guard must refuse
-	// its write. What must hold is that every accepted write counted once,
-	// in token order.
-	var (
-		wg       sync.WaitGroup
-		accepted atomic.Int64
-	)
-	errs := make(chan error, clients)
-	for i := range clients {
-		sc := emulator.Client(t, db)
-		c := newClientWith(t, sc, lease.WithHolderID(fmt.Sprintf("worker-%d", i)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range increments {
-				l, err := c.Acquire(ctx, "counter")
-				if err != nil {
-					errs <- err
-					return
+		// A lease may be lost under load (the emulator aborts all but one
+		// transaction at a time, so renewals can starve); then Guard must refuse
+		// its write. What must hold is that every accepted write counted once,
+		// in token order.
+		var (
+			wg       sync.WaitGroup
+			accepted atomic.Int64
+		)
+		errs := make(chan error, clients)
+		for i := range clients {
+			sc := emulator.Client(t, db)
+			c := newClientWith(t, sc, lease.WithHolderID(fmt.Sprintf("worker-%d", i)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range increments {
+					l, err := c.Acquire(ctx, "counter")
+					if err != nil {
+						errs <- err
+						return
+					}
+					err = guardedIncrement(l.Context(), sc, l)
+					switch {
+					case err == nil:
+						accepted.Add(1)
+					case errors.Is(err, lease.ErrLeaseLost) || errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost):
+						t.Logf("worker %d token %d lost its lease; its write was refused: %v", i, l.Token(), err)
+					default:
+						errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
+						return
+					}
+					if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
+						errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
+						return
+					}
 				}
-				err = guardedIncrement(l.Context(), sc, l)
-				switch {
-				case err == nil:
-					accepted.Add(1)
-				case errors.Is(err, lease.ErrLeaseLost) || errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost):
-					t.Logf("worker %d token %d lost its lease; its write was refused: %v", i, l.Token(), err)
-				default:
-					errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
-					return
-				}
-				if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
-					errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
 
-	r, err := setup.Single().ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value", "last_token"})
-	fatalIf(t, err, "read counter")
-	var value, last int64
-	fatalIf(t, r.Columns(&value, &last), "decode counter")
-	if value != accepted.Load() {
-		t.Fatalf("counter = %d, but %d guarded increments were accepted", value, accepted.Load())
-	}
-	if last > clients*increments || value < clients*increments/2 {
-		t.Fatalf("counter %d, last token %d after %d acquisitions: tokens beyond the acquisitions, or most writes refused", value, last, clients*increments)
-	}
+		r, err := setup.Single().ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value", "last_token"})
+		fatalIf(t, err, "read counter")
+		var value, last int64
+		fatalIf(t, r.Columns(&value, &last), "decode counter")
+		if value != accepted.Load() {
+			t.Fatalf("counter = %d, but %d guarded increments were accepted", value, accepted.Load())
+		}
+		if last > clients*increments || value < clients*increments/2 {
+			t.Fatalf("counter %d, last token %d after %d acquisitions: tokens beyond the acquisitions, or most writes refused", value, last, clients*increments)
+		}
+	})
 }
 
 func TestGuardRejectsALostLease(t *testing.T) {
-	ctx := emulator.Context(t)
-	db := emulator.Database(t, append(lease.DDL(table), counterDDL)...)
-	sc := emulator.Client(t, db)
-	_, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
-	fatalIf(t, err, "seed counter")
-	// A renewal interval far away, so only Guard can notice the theft.
-	a := newClientWith(t, sc, lease.WithTTL(time.Minute))
-	l := mustAcquire(t, ctx, a, "counter")
-	stealLease(t, ctx, db, "counter")
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t, counterDDL(t))
+		sc := emulator.Client(t, db)
+		_, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
+		fatalIf(t, err, "seed counter")
+		// A renewal interval far away, so only Guard can notice the theft.
+		a := newClientWith(t, sc, lease.WithTTL(time.Minute))
+		l := mustAcquire(t, ctx, a, "counter")
+		stealLease(t, ctx, db, "counter")
 
-	if err := guardedIncrement(ctx, sc, l); !errors.Is(err, lease.ErrLeaseLost) {
-		t.Fatalf("guarded write after the lease was taken: err = %v, want ErrLeaseLost", err)
-	}
-	if !errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost) {
-		t.Fatalf("after Guard saw the loss, context cause = %v, want ErrLeaseLost", context.Cause(l.Context()))
-	}
-	r, err := sc.Single().ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value"})
-	fatalIf(t, err, "read counter")
-	var value int64
-	fatalIf(t, r.Column(0, &value), "decode")
-	if value != 0 {
-		t.Fatalf("counter = %d after a rejected write, want 0", value)
-	}
+		if err := guardedIncrement(ctx, sc, l); !errors.Is(err, lease.ErrLeaseLost) {
+			t.Fatalf("guarded write after the lease was taken: err = %v, want ErrLeaseLost", err)
+		}
+		if !errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost) {
+			t.Fatalf("after Guard saw the loss, context cause = %v, want ErrLeaseLost", context.Cause(l.Context()))
+		}
+		r, err := sc.Single().ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value"})
+		fatalIf(t, err, "read counter")
+		var value int64
+		fatalIf(t, r.Column(0, &value), "decode")
+		if value != 0 {
+			t.Fatalf("counter = %d after a rejected write, want 0", value)
+		}
+	})
 }
 
 // stealLease does to the row what a rival's acquisition does after the
@@ -143,10 +151,10 @@ func stealLease(t *testing.T, ctx context.Context, db, name string) {
 	t.Helper()
 	sc := emulator.Client(t, db)
 	_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
-		_, err := txn.Update(ctx, spanner.Statement{
-			SQL:    "UPDATE locks SET token = token + 1, session_id = 'thief', holder_id = 'thief' WHERE name = @name",
-			Params: map[string]any{"name": name},
-		})
+		_, err := txn.Update(ctx, testStatement(t,
+			"UPDATE locks SET token = token + 1, session_id = 'thief', holder_id = 'thief' WHERE name = @name",
+			"UPDATE locks SET token = token + 1, session_id = 'thief', holder_id = 'thief' WHERE name = $1",
+			[]string{"name"}, map[string]any{"name": name}))
 		if err != nil {
 			return err
 		}

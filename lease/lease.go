@@ -2,12 +2,12 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"google.golang.org/grpc/codes"
 )
 
 // Lease is one held acquisition of a named lease. Its Context ends when the
@@ -16,6 +16,7 @@ type Lease struct {
 	c    *Client
 	sess *session
 	name string
+	kind string // spannerlock.kind
 	// slot is the permit's slot (a worker ID) for semaphores and worker
 	// pools, lockSlot for a lock.
 	slot       int64
@@ -28,19 +29,26 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// using is held shared while a worker ID is in use (WorkerID.Use) and
+	// exclusively while the lease ends, so once it has ended nothing uses it.
+	using sync.RWMutex
 	// releasing serializes Release calls, so a concurrent second call sees
 	// the outcome of the first instead of racing it to the row.
 	releasing sync.Mutex
 
-	mu    sync.Mutex
-	ended bool
+	mu sync.Mutex
+	// counted is set while the lease counts in spannerlock.lease.held.
+	counted bool
+	ended   bool
+	endedAt time.Time // when the Context was cancelled, for tests
 	// lossReported makes only the first Release of a lost lease return ErrLeaseLost.
 	lossReported bool
 }
 
-func newLease(s *session, name string, slot, token int64, payload []byte, acquiredAt time.Time) *Lease {
+func newLease(s *session, t target, g grant, payload []byte) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{c: s.c, sess: s, name: name, slot: slot, token: token, payload: payload, acquiredAt: acquiredAt, ctx: ctx, cancel: cancel}
+	return &Lease{c: s.c, sess: s, name: t.name(), kind: t.kind(), slot: g.slot, token: g.token, payload: payload,
+		acquiredAt: g.acquiredAt, notBefore: g.notBefore, ctx: ctx, cancel: cancel}
 }
 
 // Name returns the lease's name.
@@ -58,149 +66,160 @@ func (l *Lease) AcquiredAt() time.Time { return l.acquiredAt }
 func (l *Lease) Payload() []byte { return l.payload }
 
 // Context is cancelled when the lease ends. context.Cause tells why:
-// ErrLeaseLost (a renewal found it taken or expired, or renewals failed until
-// the local deadline), ErrReleased, or ErrClosed. The local deadline is the
-// start of the last confirmed renewal plus TTL minus a safety margin of
-// TTL/10, so the holder learns of a loss before a rival can acquire.
+// ErrLeaseLost (a renewal or Guard found it taken or expired, or renewals
+// failed until the local deadline), ErrReleased, or ErrClosed. The local
+// deadline is the start of the last confirmed renewal plus TTL minus a
+// safety margin of TTL/10, so the holder learns of a loss before a rival can
+// acquire.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Deadline returns when the lease will be presumed lost unless renewed.
-func (l *Lease) Deadline() time.Time {
-	_, _, d := l.sess.state()
-	return d
+func (l *Lease) Deadline() time.Time { return l.sess.localDeadline() }
+
+func (l *Lease) key() leaseKey { return leaseKey{name: l.name, slot: l.slot, token: l.token} }
+
+// registered makes the lease count as held, until it ends.
+func (l *Lease) registered() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.ended && !l.counted {
+		l.counted = true
+		l.c.tel.heldChanged(l.kind, 1)
+	}
 }
 
 // lose ends a lease whose ownership is gone.
-func (l *Lease) lose(why string) {
-	if l.end(lostError(l.name, l.token, why)) {
-		l.c.log.Warn("lease lost", "name", l.name, "token", l.token, "reason", why)
+func (l *Lease) lose(reason lossReason, why string) {
+	// The loss is counted and logged before the Context ends, so whoever
+	// watches the Context finds it recorded.
+	if l.end(lostError(l.name, l.token, why), func() {
+		l.c.log.Warn("lease lost", "name", l.name, "slot", l.slot, "token", l.token, "reason", why)
+		l.c.tel.lost(l.kind, reason)
+	}) {
 		l.c.forget(l)
 	}
 }
 
-// end cancels the lease's Context with cause, once; it reports whether this
-// call did it.
-func (l *Lease) end(cause error) bool {
+// end cancels the lease's Context with cause, once, after any use of a
+// worker ID in flight and after announce (when not nil); it reports whether
+// this call did it.
+func (l *Lease) end(cause error, announce func()) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.ended {
+		l.mu.Unlock()
 		return false
 	}
 	l.ended = true
+	if l.counted {
+		l.counted = false
+		l.c.tel.heldChanged(l.kind, -1)
+	}
+	l.mu.Unlock()
+	if announce != nil {
+		announce()
+	}
+	l.using.Lock()
 	l.cancel(cause)
+	l.using.Unlock()
+	l.mu.Lock()
+	l.endedAt = time.Now()
+	l.mu.Unlock()
 	return true
 }
 
-// Release gives the lease up so that others can acquire it at once. Its
-// Context is cancelled before the release commits. Release of a lease that
-// was already lost returns an error matching ErrLeaseLost; after a
-// successful or lost Release, further calls return nil. If Release fails for
-// another reason, it may be called again; meanwhile the lease is renewed.
-func (l *Lease) Release(ctx context.Context) error {
-	l.releasing.Lock()
-	defer l.releasing.Unlock()
+func (l *Lease) isEnded() bool {
 	l.mu.Lock()
-	if l.ended {
-		cause := context.Cause(l.ctx)
-		report := !l.lossReported && errors.Is(cause, ErrLeaseLost)
-		l.lossReported = true
-		l.mu.Unlock()
-		if report {
-			return fmt.Errorf("lease: Release: %w", cause)
-		}
-		return nil
-	}
-	l.mu.Unlock()
-
-	stmt := l.releaseStatement(time.Now())
-	n, err := l.c.update(ctx, "spannerlock-release", stmt)
-	if err != nil {
-		// The commit may have happened: ask Spanner rather than guess.
-		r, rerr := l.read(context.WithoutCancel(ctx), l.c.db.Single())
-		if rerr != nil || r.heldBy(l.sess.id, l.token) {
-			return fmt.Errorf("lease: Release %q: %w", l.name, l.c.explain(err))
-		}
-		n = 1
-	}
-	return l.settle(n == 1, ErrReleased, "Release")
-}
-
-// releaseStatement clears the lease's row if it is still the lease's; for a
-// worker ID, releasedAt (this process's wall clock) becomes the high-water
-// mark the next holder waits past.
-func (l *Lease) releaseStatement(releasedAt time.Time) spanner.Statement {
-	params := map[string]any{"name": l.name, "token": l.token, "session": l.sess.id}
-	if l.slot == lockSlot {
-		return spanner.Statement{SQL: l.c.sql.release, Params: params}
-	}
-	params["slot"], params["high_water"] = l.slot, releasedAt.Round(0)
-	return spanner.Statement{SQL: l.c.sql.releasePermit, Params: params}
-}
-
-// settle ends the lease after a release-like transaction: with cause when it
-// cleared the row, as lost when the row was no longer the lease's.
-func (l *Lease) settle(cleared bool, cause error, op string) error {
-	if !cleared {
-		l.end(lostError(l.name, l.token, "it expired or was taken before "+op))
-		l.c.forget(l)
-		l.mu.Lock()
-		l.lossReported = true
-		l.mu.Unlock()
-		return fmt.Errorf("lease: %s: %w", op, context.Cause(l.ctx))
-	}
-	l.end(cause)
-	l.c.forget(l)
-	announceRelease(l.c.signalPrefix + l.name)
-	return nil
-}
-
-// read reads the lease's row: its lock row, or its permit row.
-func (l *Lease) read(ctx context.Context, q querier) (row, error) {
-	if l.slot == lockSlot {
-		return readRow(ctx, q, l.c.sql, l.name, "")
-	}
-	return readPermitRow(ctx, q, l.c.sql, l.name, l.slot)
+	defer l.mu.Unlock()
+	return l.ended
 }
 
 // Guard checks, inside the caller's read-write transaction, that this lease
-// is still held with its token: it reads the lease row and its holder's
-// session in txn, so Spanner judges holder, token and expiry on its own
-// clock, and the transaction cannot commit if another holder acquires the
-// lease after the read. Run the transaction under l.Context() and return
-// Guard's error from it. Guard returns an error matching ErrLeaseLost when
-// the lease is no longer held.
+// is still held with its token: it reads the lease's row in txn, so the
+// transaction cannot commit if another holder acquires the lease after the
+// read, and it asks Spanner whether the lease's session is live, so expiry
+// is judged on Spanner's clock. Run the transaction under l.Context() and
+// return Guard's error from it. Guard returns an error matching ErrLeaseLost
+// when the lease is no longer held.
+//
+// Guard does not read the session row in txn: renewals write that row, and
+// a long guarded transaction would delay them. It costs one more read,
+// made concurrently.
 func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 	if err := context.Cause(l.ctx); err != nil {
 		return fmt.Errorf("lease: Guard: %w", err)
 	}
-	if !fenceChecked {
-		return nil // the planted bug: see fence_bug.go
+	var (
+		wg      sync.WaitGroup
+		live    bool
+		liveErr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rctx, cancel := outsideTransaction(ctx)
+		defer cancel()
+		live, liveErr = l.c.sessionLive(rctx, l.sess.id)
+	}()
+	named, err := l.named(ctx, txn)
+	wg.Wait()
+	if err == nil {
+		err = liveErr
 	}
-	r, err := l.read(ctx, txn)
-	if err != nil {
+	switch {
+	case err != nil:
 		return l.c.explain(err)
+	case !named:
+		// Tokens only grow, so a row that no longer names this lease never
+		// will again.
+		l.lose(lossTaken, "Guard found it released or held by another")
+	case !live:
+		l.c.endSession(l.sess, lossSessionGone, "Guard found its session expired in Spanner")
+	default:
+		return nil
 	}
-	if !r.heldBy(l.sess.id, l.token) {
-		// Tokens only grow and expiry is final, so what this snapshot shows
-		// holds from now on: the lease is gone for good.
-		l.lose("Guard found it expired or held by another")
-		return fmt.Errorf("lease: Guard: %w", context.Cause(l.ctx))
-	}
-	return nil
+	return fmt.Errorf("lease: Guard: %w", context.Cause(l.ctx))
 }
 
-// checkSession loses a lease whose session ended while it was acquired, so
-// that no lease outlives its session.
-func (l *Lease) checkSession() {
-	if _, ended, _ := l.sess.state(); ended {
-		l.lose("its session ended while it was acquired")
+// named reads, in txn, whether the lease's row still names its session and
+// token.
+func (l *Lease) named(ctx context.Context, txn *spanner.ReadWriteTransaction) (bool, error) {
+	table, key := l.c.sql.table, spanner.Key{l.name}
+	if l.slot != lockSlot {
+		table, key = l.c.sql.permits, spanner.Key{l.name, l.slot}
 	}
+	r, err := txn.ReadRow(ctx, table, key, []string{"token", "session_id"})
+	if spanner.ErrCode(err) == codes.NotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var token int64
+	var sessionID spanner.NullString
+	if err := r.Columns(&token, &sessionID); err != nil {
+		return false, err
+	}
+	return token == l.token && sessionID.StringVal == l.sess.id, nil
 }
 
-// giveBack releases a lease acquired after its Client closed.
-func (c *Client) giveBack(l *Lease) {
-	l.end(ErrClosed)
-	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
-	defer cancel()
-	_, _ = c.update(ctx, "spannerlock-release", l.releaseStatement(time.Now()))
+// sessionLive reads whether Spanner has the session live now.
+func (c *Client) sessionLive(ctx context.Context, id string) (bool, error) {
+	live := false
+	err := c.db.Single().Query(ctx, c.sql.sessionLive.bind(map[string]any{"session": id})).Do(func(r *spanner.Row) error {
+		return r.Column(0, &live)
+	})
+	return live, err
+}
+
+// outsideTransaction returns a context with ctx's deadline and cancellation
+// but none of its values: the Spanner client refuses a read under a context
+// that carries a read-write transaction, taking it for a nested one.
+func outsideTransaction(ctx context.Context) (context.Context, context.CancelFunc) {
+	base, cancelDeadline := context.Background(), context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		base, cancelDeadline = context.WithDeadline(base, d)
+	}
+	out, cancel := context.WithCancel(base)
+	stop := context.AfterFunc(ctx, cancel)
+	return out, func() { stop(); cancel(); cancelDeadline() }
 }

@@ -20,62 +20,70 @@ import (
 )
 
 func TestContextCancelledWhenARenewalFindsTheLeaseTaken(t *testing.T) {
-	ctx := emulator.Context(t)
-	db := newDatabase(t)
-	a := newClient(t, db, lease.WithTTL(3*time.Second))
-	l := mustAcquire(t, ctx, a, "job")
-	stealLease(t, ctx, db, "job")
-	// The next renewal (within TTL/3) must notice.
-	waitDone(t, l.Context(), "context of a stolen lease")
-	if err := context.Cause(l.Context()); !errors.Is(err, lease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want ErrLeaseLost", err)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		a := newClient(t, db, lease.WithTTL(3*time.Second))
+		l := mustAcquire(t, ctx, a, "job")
+		stealLease(t, ctx, db, "job")
+		// The next renewal (within TTL/3) must notice.
+		waitDone(t, l.Context(), "context of a stolen lease")
+		if err := context.Cause(l.Context()); !errors.Is(err, lease.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want ErrLeaseLost", err)
+		}
+	})
 }
 
 // The holder must learn of the loss before any rival could acquire: when
 // renewals stop reaching Spanner, the context ends while Spanner still
 // reports the lease as live.
 func TestContextCancelledAtTheLocalDeadlineBeforeExpiry(t *testing.T) {
-	ctx := emulator.Context(t)
-	db := newDatabase(t)
-	holderSC := emulator.Client(t, db)
-	a := newClientWith(t, holderSC, lease.WithTTL(2*time.Second))
-	reader := newClient(t, db)
-	l := mustAcquire(t, ctx, a, "job")
-	holderSC.Close() // renewals now fail: an outage as seen by the holder
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		holderSC := emulator.Client(t, db)
+		a := newClientWith(t, holderSC, lease.WithTTL(2*time.Second))
+		reader := newClient(t, db)
+		l := mustAcquire(t, ctx, a, "job")
+		holderSC.Close() // renewals now fail: an outage as seen by the holder
 
-	waitDone(t, l.Context(), "context of an unrenewable lease")
-	if err := context.Cause(l.Context()); !errors.Is(err, lease.ErrLeaseLost) {
-		t.Fatalf("cause = %v, want ErrLeaseLost", err)
-	}
-	h, err := reader.Holder(ctx, "job")
-	if err != nil {
-		t.Fatalf("Holder right after the holder's context ended: %v; the loss signal must come before Spanner lets a rival in", err)
-	}
-	if h.Token != l.Token() {
-		t.Fatalf("holder token %d, want %d", h.Token, l.Token())
-	}
+		waitDone(t, l.Context(), "context of an unrenewable lease")
+		if err := context.Cause(l.Context()); !errors.Is(err, lease.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want ErrLeaseLost", err)
+		}
+		h, err := reader.Holder(ctx, "job")
+		if err != nil {
+			t.Fatalf("Holder right after the holder's context ended: %v; the loss signal must come before Spanner lets a rival in", err)
+		}
+		if h.Token != l.Token() {
+			t.Fatalf("holder token %d, want %d", h.Token, l.Token())
+		}
+	})
 }
 
-// A renewal that fails once must not end the lease.
+// Two renewals that fail, even by hanging until their timeout, must not
+// end the lease (the renewal interval is at most TTL/3).
 func TestTransientRenewalErrorsAreRetried(t *testing.T) {
-	ctx := emulator.Context(t)
-	db := newDatabase(t)
-	faults := &commitFaults{}
-	sc := spannerClient(t, db, faults.options()...)
-	ttl := 3 * time.Second
-	a := newClientWith(t, sc, lease.WithTTL(ttl))
-	l := mustAcquire(t, ctx, a, "job")
-	// The next two renewal commits fail before reaching Spanner.
-	faults.failBefore(2)
-	select {
-	case <-l.Context().Done():
-		t.Fatalf("lease lost after transient renewal errors: %v", context.Cause(l.Context()))
-	case <-time.After(2 * ttl):
-	}
-	if faults.remaining() != 0 {
-		t.Fatalf("%d injected faults were never hit: renewals did not run", faults.remaining())
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		f := &faults{}
+		sc := spannerClient(t, db, f.options()...)
+		ttl := 3 * time.Second
+		a := newClientWith(t, sc, lease.WithTTL(ttl))
+		l := mustAcquire(t, ctx, a, "job")
+		// The next two renewals hang until they time out, their commits
+		// blackholed.
+		f.arm(func(r rpc) bool { return renewals(r) && strings.HasSuffix(r.method, "/Commit") }, map[int]fault{0: delayed, 1: delayed})
+		select {
+		case <-l.Context().Done():
+			t.Fatalf("lease lost after transient renewal errors: %v", context.Cause(l.Context()))
+		case <-time.After(2 * ttl):
+		}
+		if _, hits := f.disarm(); hits != 2 {
+			t.Fatalf("%d of 2 injected faults hit: renewals did not run", hits)
+		}
+	})
 }
 
 const (
@@ -141,40 +149,42 @@ func startHolderProcess(t *testing.T, db string, ttl time.Duration, env ...strin
 }
 
 func TestTakeoverAfterTheHolderCrashes(t *testing.T) {
-	ctx := emulator.Context(t)
-	db := newDatabase(t)
-	ttl := 2 * time.Second
-	cmd, line := startHolderProcess(t, db, ttl)
-	if !strings.HasPrefix(line, "token ") {
-		t.Fatalf("holder process said %q", line)
-	}
-	token, err := strconv.ParseInt(strings.TrimPrefix(line, "token "), 10, 64)
-	fatalIf(t, err, "parse token")
-
-	// Wait for a renewal, so the takeover below depends on renewals stopping.
-	rival := newClient(t, db, lease.WithTTL(ttl))
-	for {
-		h, err := rival.Holder(ctx, "job")
-		fatalIf(t, err, "Holder while the holder process runs")
-		if h.RenewedAt.After(h.AcquiredAt) {
-			break
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		ttl := 2 * time.Second
+		cmd, line := startHolderProcess(t, db, ttl)
+		if !strings.HasPrefix(line, "token ") {
+			t.Fatalf("holder process said %q", line)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if _, err := rival.TryAcquire(ctx, "job"); !errors.Is(err, lease.ErrNotAcquired) {
-		t.Fatalf("TryAcquire while the holder process renews: err = %v, want ErrNotAcquired", err)
-	}
-	fatalIf(t, cmd.Process.Signal(syscall.SIGKILL), "kill holder")
-	killed := time.Now()
+		token, err := strconv.ParseInt(strings.TrimPrefix(line, "token "), 10, 64)
+		fatalIf(t, err, "parse token")
 
-	acquireCtx, cancel := context.WithTimeout(ctx, 3*ttl)
-	defer cancel()
-	l, err := rival.Acquire(acquireCtx, "job")
-	fatalIf(t, err, "Acquire after the holder was killed")
-	if took := time.Since(killed); took > ttl*3/2 {
-		t.Fatalf("takeover took %s after the kill, want at most 1.5×TTL = %s", took, ttl*3/2)
-	}
-	if l.Token() != token+1 {
-		t.Fatalf("takeover token = %d, want %d", l.Token(), token+1)
-	}
+		// Wait for a renewal, so the takeover below depends on renewals stopping.
+		rival := newClient(t, db, lease.WithTTL(ttl))
+		for {
+			h, err := rival.Holder(ctx, "job")
+			fatalIf(t, err, "Holder while the holder process runs")
+			if h.RenewedAt.After(h.AcquiredAt) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, err := rival.TryAcquire(ctx, "job"); !errors.Is(err, lease.ErrNotAcquired) {
+			t.Fatalf("TryAcquire while the holder process renews: err = %v, want ErrNotAcquired", err)
+		}
+		fatalIf(t, cmd.Process.Signal(syscall.SIGKILL), "kill holder")
+		killed := time.Now()
+
+		acquireCtx, cancel := context.WithTimeout(ctx, 3*ttl)
+		defer cancel()
+		l, err := rival.Acquire(acquireCtx, "job")
+		fatalIf(t, err, "Acquire after the holder was killed")
+		if took := time.Since(killed); took > ttl*3/2 {
+			t.Fatalf("takeover took %s after the kill, want at most 1.5×TTL = %s", took, ttl*3/2)
+		}
+		if l.Token() != token+1 {
+			t.Fatalf("takeover token = %d, want %d", l.Token(), token+1)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,13 +24,81 @@ func TestMain(m *testing.M) {
 		runHolderProcess()
 		return
 	}
+	// The fault enumeration's cases spend their time waiting on Spanner and
+	// on expiries, each on its own database: run more than GOMAXPROCS.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		_ = flag.Set("test.parallel", "8")
+	}
 	emulator.Main(m)
 }
 
-// newDatabase returns a fresh database holding a lock table made from lease.DDL.
-func newDatabase(t *testing.T) string {
+// testDialects are the dialects every test that reaches Spanner runs in:
+// the same test, the same guarantees, on a database of each.
+var testDialects = []lease.Dialect{lease.GoogleSQL, lease.PostgreSQL}
+
+// eachDialect runs test once per dialect, as subtests named after it,
+// side by side: each has its own database, and they spend their time
+// waiting on Spanner and on expiries.
+func eachDialect(t *testing.T, test func(t *testing.T)) {
 	t.Helper()
-	return emulator.Database(t, lease.DDL(table)...)
+	for _, d := range testDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			test(t)
+		})
+	}
+}
+
+// eachDialectInTurn is eachDialect for tests that change process-wide
+// state (batch limits, the global tracer provider): one dialect at a time.
+func eachDialectInTurn(t *testing.T, test func(t *testing.T)) {
+	t.Helper()
+	for _, d := range testDialects {
+		t.Run(string(d), test)
+	}
+}
+
+// dialectOf is the dialect of the eachDialect subtest t runs in.
+func dialectOf(t testing.TB) lease.Dialect {
+	for _, d := range testDialects {
+		if strings.Contains(t.Name()+"/", "/"+string(d)+"/") {
+			return d
+		}
+	}
+	return lease.GoogleSQL
+}
+
+// inDialect picks a test's own SQL or DDL in the dialect t runs in.
+func inDialect(t testing.TB, googleSQL, postgreSQL string) string {
+	if dialectOf(t) == lease.PostgreSQL {
+		return postgreSQL
+	}
+	return googleSQL
+}
+
+// testStatement is a test's own statement in the dialect t runs in, its
+// parameters named in GoogleSQL (@name) and numbered in PostgreSQL ($1 is
+// the first of names).
+func testStatement(t testing.TB, googleSQL, postgreSQL string, names []string, params map[string]any) spanner.Statement {
+	if dialectOf(t) != lease.PostgreSQL {
+		return spanner.Statement{SQL: googleSQL, Params: params}
+	}
+	numbered := map[string]any{}
+	for i, n := range names {
+		numbered[fmt.Sprintf("p%d", i+1)] = params[n]
+	}
+	return spanner.Statement{SQL: postgreSQL, Params: numbered}
+}
+
+// newDatabase returns a fresh database, in the dialect t runs in, holding a
+// lock table made from lease's DDL and then extra.
+func newDatabase(t *testing.T, extra ...string) string {
+	t.Helper()
+	d := dialectOf(t)
+	return emulator.DatabaseIn(t, string(d), append(d.DDL(table), extra...)...)
 }
 
 // newClient returns a lease.Client with its own spanner.Client, as a separate

@@ -32,7 +32,11 @@ func (c *Client) observe(ctx context.Context, name string, ch chan<- Holder) {
 	first := true
 	for {
 		signal, unsubscribe := subscribe(c.signalPrefix + name)
-		r, err := readRow(ctx, c.db.Single(), c.sql, name, "")
+		err := c.prepare(ctx)
+		var r row
+		if err == nil {
+			r, err = readRow(ctx, c.db.Single(), c.sql, name, "")
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && c.background.Err() == nil:
 			c.log.Warn("observing a lease failed; retrying", "name", name, "err", c.explain(err))

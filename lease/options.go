@@ -9,6 +9,9 @@ import (
 	"os"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -31,20 +34,23 @@ const (
 type Option func(*config)
 
 type config struct {
-	ttl           time.Duration
-	renewInterval time.Duration
-	pollInterval  time.Duration
-	holderID      string
-	logger        *slog.Logger
+	ttl            time.Duration
+	renewInterval  time.Duration
+	pollInterval   time.Duration
+	holderID       string
+	logger         *slog.Logger
+	meterProvider  metric.MeterProvider
+	tracerProvider trace.TracerProvider
 }
 
 // WithTTL sets how long a lease lives without renewal (default 10s, from 1s
-// to 24h). The TTL is stored with each lease when it is acquired, so every reader
-// judges its expiry by the TTL the holder chose.
+// to 24h). The TTL is stored with the Client's session in the table, so every
+// reader judges a lease's expiry by the TTL its holder chose.
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // WithRenewInterval sets how often held leases are renewed (default TTL/3,
-// at most TTL/3 so that two renewals can fail before the lease is lost).
+// at most TTL/3 so that two renewals can fail, even by hanging until their
+// timeout of half the interval, before the lease is lost).
 func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
 
 // WithPollInterval sets the longest a blocked Acquire, Campaign or Observe
@@ -61,6 +67,21 @@ func WithHolderID(id string) Option { return func(c *config) { c.holderID = id }
 // WithLogger sets the logger for renewal failures, losses and transitions
 // (default slog.Default()). Routine operations log at Debug.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithMeterProvider sets where the Client's metrics go (default: the
+// OpenTelemetry global MeterProvider, so an application that set one up
+// gets them with no code). See the package documentation for the
+// instruments.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}
+
+// WithTracerProvider sets where the Client's spans go (default: the
+// OpenTelemetry global TracerProvider). The Spanner client's own spans,
+// which use the global provider, are children of them.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
 
 func newConfig(opts []Option) (config, error) {
 	c := config{ttl: DefaultTTL, pollInterval: DefaultPollInterval}
@@ -97,6 +118,24 @@ func newConfig(opts []Option) (config, error) {
 // room for clock-rate drift and Spanner's commit-timestamp uncertainty.
 func (c config) safetyMargin() time.Duration { return c.ttl / 10 }
 
+// renewTimeout bounds one renewal: half the interval, so that a renewal
+// that hangs until it times out, a retry that does too, and a third try
+// all fit before the local deadline (TTL - TTL/10, with the interval at
+// most TTL/3).
+func (c config) renewTimeout() time.Duration { return c.renewInterval / 2 }
+
+// maxCallTimeout caps callTimeout for long TTLs.
+const maxCallTimeout = 10 * time.Second
+
+// callTimeout bounds every database call the Client makes that is not a
+// renewal (which its interval bounds): an acquisition that commits later
+// than TTL minus the margin would start already lost, and a release or a
+// read settling an unknown outcome is worth nothing once the lease has
+// expired. Without it the Spanner client allows a commit an hour.
+func (c config) callTimeout() time.Duration {
+	return min(c.ttl-c.safetyMargin(), maxCallTimeout)
+}
+
 func defaultHolderID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -132,9 +171,6 @@ type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
 	payload []byte
-	// untilCompleted makes acquisition stop with errCompleted at a RunOnce
-	// slot that already succeeded.
-	untilCompleted bool
 }
 
 // WithPayload stores data with the lease, readable by anyone through Holder

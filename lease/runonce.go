@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"cloud.google.com/go/spanner"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RunOnce runs fn for one slot of a schedule (job "report", slot 03:00 UTC
@@ -33,39 +33,36 @@ func (c *Client) RunOnce(ctx context.Context, job string, slot time.Time, fn fun
 	if err := validateName("job slot", name); err != nil {
 		return false, fmt.Errorf("lease: RunOnce: %w", err)
 	}
-	l, err := c.acquire(ctx, name, acquireConfig{untilCompleted: true})
+	ctx, span := c.tel.start(ctx, "RunOnce", attrName.String(name))
+	ran, err = c.runOnce(ctx, name, fn)
+	outcome := "ran"
+	switch {
+	case err != nil:
+		outcome = resultError
+	case !ran:
+		outcome = "done_elsewhere"
+	}
+	end(span, outcome, err)
+	return ran, err
+}
+
+func (c *Client) runOnce(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	l, err := c.acquire(ctx, "Acquire", lockTarget{lockName: name, untilCompleted: true}, acquireConfig{}, false)
 	if errors.Is(err, errCompleted) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if err := fn(withLease(l.Context(), l)); err != nil {
+	// fn's work ends with the lease, and belongs to the RunOnce span.
+	work := trace.ContextWithSpan(l.Context(), trace.SpanFromContext(ctx))
+	if err := fn(withLease(work, l)); err != nil {
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
-			c.log.Warn("releasing a failed job slot; it expires after the TTL", "name", name, "err", rerr)
+			c.log.Warn("releasing a failed job's slot did not reach Spanner", "name", name, "err", rerr)
 		}
 		return false, err
 	}
 	return true, l.complete(context.WithoutCancel(ctx))
-}
-
-// complete records a RunOnce slot as done and releases it, in one
-// compare-and-set on session and token.
-func (l *Lease) complete(ctx context.Context) error {
-	l.releasing.Lock()
-	defer l.releasing.Unlock()
-	n, err := l.c.update(ctx, "spannerlock-complete", spanner.Statement{SQL: l.c.sql.complete, Params: map[string]any{
-		"name": l.name, "token": l.token, "session": l.sess.id,
-	}})
-	if err != nil {
-		// As with Release: an unknown outcome is read, not guessed.
-		r, rerr := readRow(ctx, l.c.db.Single(), l.c.sql, l.name, "")
-		if rerr != nil || !r.completed {
-			return fmt.Errorf("lease: recording %q as done: %w", l.name, l.c.explain(err))
-		}
-		n = 1
-	}
-	return l.settle(n == 1, ErrReleased, "RunOnce")
 }
 
 type leaseContextKey struct{}

@@ -1,0 +1,215 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/spanner"
+)
+
+// row is a lock or permit row, with its holder's session and Spanner's
+// verdict on it.
+type row struct {
+	name      string
+	slot      int64 // lockSlot for a lock
+	found     bool
+	rowName   spanner.NullString // NULL when the row does not exist
+	token     spanner.NullInt64
+	holderID  spanner.NullString
+	sessionID spanner.NullString
+	acquired  spanner.NullTime
+	renewed   spanner.NullTime // of the holder's session
+	expires   spanner.NullTime // of the holder's session
+	live      bool
+	payload   []byte
+	// now is CURRENT_TIMESTAMP() when the row was read: Spanner's clock, for
+	// measuring how long until expires without consulting a local clock.
+	now time.Time
+	// self is whether the reader's own session is live: NULL when it has
+	// no row.
+	self spanner.NullBool
+
+	kind      spanner.NullString // locks only
+	completed bool               // locks only: a RunOnce slot that succeeded
+	// highWater and sessionHighWater are the worker-ID marks of the permit
+	// row (set at acquisition and release) and of its holder's session (set
+	// at every renewal).
+	highWater, sessionHighWater spanner.NullTime // permits only
+	// parentKind is a permit's semaphore's or pool's kind.
+	parentKind spanner.NullString // permits only
+}
+
+// lockSlot is the slot of a lock: locks have none.
+const lockSlot = -1
+
+func (r row) holder() Holder {
+	kind, slot := kindLock, r.slot
+	switch {
+	case r.slot == lockSlot:
+		slot = 0
+	case r.parentKind.StringVal == kindWorkers:
+		kind = kindWorkerID
+	default:
+		kind = kindPermit
+	}
+	return Holder{
+		Name:       r.name,
+		Kind:       kind,
+		Slot:       slot,
+		HolderID:   r.holderID.StringVal,
+		Token:      r.token.Int64,
+		AcquiredAt: r.acquired.Time,
+		RenewedAt:  r.renewed.Time,
+		ExpiresAt:  r.expires.Time,
+		Payload:    r.payload,
+	}
+}
+
+// remaining is how long the row stays live by Spanner's clock.
+func (r row) remaining() time.Duration {
+	if !r.live || r.now.IsZero() {
+		return 0
+	}
+	return r.expires.Time.Sub(r.now)
+}
+
+// heldBy reports whether the row is live and held by the session with token.
+func (r row) heldBy(session string, token int64) bool {
+	return r.live && r.sessionID.StringVal == session && r.token.Int64 == token
+}
+
+// notBefore is when a worker ID's previous holder stopped using it: its
+// release, or, if it never released, its session's last mark.
+func (r row) notBefore() time.Time {
+	t := r.highWater.Time
+	if r.sessionID.Valid && r.sessionHighWater.Valid && r.sessionHighWater.Time.After(t) {
+		t = r.sessionHighWater.Time
+	}
+	return t
+}
+
+func (r *row) commonFields() []any {
+	return []any{&r.rowName, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now}
+}
+
+func (r *row) lockFields() []any {
+	r.slot = lockSlot
+	return append(r.commonFields(), &r.kind, &r.completed, &r.self)
+}
+
+// scan reads a row's columns and derives whether it exists.
+func (r *row) scan(sr *spanner.Row, fields ...any) error {
+	if err := sr.Columns(fields...); err != nil {
+		return err
+	}
+	r.found = r.rowName.Valid
+	if r.found {
+		r.name = r.rowName.StringVal
+	}
+	return nil
+}
+
+func (r *row) permitFields() []any {
+	return append(r.commonFields(), &r.slot, &r.highWater, &r.sessionHighWater, &r.parentKind)
+}
+
+// querier is what both transactions and single reads offer.
+type querier interface {
+	Query(ctx context.Context, statement spanner.Statement) *spanner.RowIterator
+}
+
+// readRow is the one read of a lock row. A missing row is a free lease with
+// found == false. self names the reader's session ("" for none).
+func readRow(ctx context.Context, q querier, sql statements, name, self string) (row, error) {
+	r := row{name: name}
+	err := q.Query(ctx, sql.selectRow.bind(map[string]any{"name": name, "self": self})).Do(func(sr *spanner.Row) error {
+		return r.scan(sr, r.lockFields()...)
+	})
+	return r, err
+}
+
+// readPermitRow is the one read of a permit row.
+func readPermitRow(ctx context.Context, q querier, sql statements, name string, slot int64) (row, error) {
+	r := row{name: name}
+	var readSlot spanner.NullInt64
+	err := q.Query(ctx, sql.selectPermit.bind(map[string]any{"name": name, "slot": slot})).Do(func(sr *spanner.Row) error {
+		return r.scan(sr, append(r.commonFields(), &readSlot, &r.highWater, &r.sessionHighWater, &r.parentKind)...)
+	})
+	r.slot = slot
+	return r, err
+}
+
+// semaphoreState is a semaphore's or worker pool's parent row and permits.
+type semaphoreState struct {
+	name    string
+	found   bool
+	kind    spanner.NullString
+	permits spanner.NullInt64
+	// next is the token the next permit gets.
+	next  spanner.NullInt64
+	slots []row
+	// self is whether the reader's session is live (NULL: no row).
+	self spanner.NullBool
+}
+
+func (s semaphoreState) declared() error {
+	if s.found && s.kind.StringVal == kindSemaphore && s.permits.Valid {
+		return nil
+	}
+	return fmt.Errorf("%w: %q is not declared; declare it with the spannerlock_semaphore Terraform resource or Client.SetPermits", ErrUnknownSemaphore, s.name)
+}
+
+// live returns the live permits.
+func (s semaphoreState) live() []row {
+	var live []row
+	for _, r := range s.slots {
+		if r.live {
+			live = append(live, r)
+		}
+	}
+	return live
+}
+
+// slot returns the row of slot n, or a zero row.
+func (s semaphoreState) slot(n int64) row {
+	for _, r := range s.slots {
+		if r.slot == n {
+			return r
+		}
+	}
+	return row{}
+}
+
+// soonest returns the live permit that expires first.
+func (s semaphoreState) soonest() row {
+	var first row
+	for _, r := range s.live() {
+		if !first.live || r.remaining() < first.remaining() {
+			first = r
+		}
+	}
+	return first
+}
+
+// readSemaphore reads a semaphore or worker pool; self names the reader's
+// session ("" for none).
+func readSemaphore(ctx context.Context, q querier, sql statements, name, self string) (semaphoreState, error) {
+	s := semaphoreState{name: name}
+	err := q.Query(ctx, sql.selectSemaphore.bind(map[string]any{"name": name, "self": self})).Do(func(sr *spanner.Row) error {
+		var (
+			slot spanner.NullInt64
+			p    = row{name: name, found: true}
+		)
+		err := sr.Columns(&s.found, &s.kind, &s.permits, &s.next,
+			&slot, &p.token, &p.holderID, &p.sessionID, &p.acquired, &p.renewed, &p.expires, &p.live,
+			&p.payload, &p.highWater, &p.sessionHighWater, &p.now, &s.self)
+		if err != nil || !slot.Valid {
+			return err // no permit: the parent row alone
+		}
+		p.slot, p.parentKind = slot.Int64, s.kind
+		s.slots = append(s.slots, p)
+		return nil
+	})
+	return s, err
+}

@@ -20,7 +20,7 @@ func main() {
 	flag.Parse()
 
 	err := providerserver.Serve(context.Background(), provider.New(version), providerserver.ServeOpts{
-		Address: "registry.terraform.io/spannerlock/spannerlock",
+		Address: provider.Address,
 		Debug:   debug,
 	})
 	if err != nil {

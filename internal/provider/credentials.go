@@ -12,15 +12,16 @@ import (
 	"path/filepath"
 	"strings"
 
+	"cloud.google.com/go/auth"
+	"cloud.google.com/go/auth/credentials"
+	"cloud.google.com/go/auth/credentials/impersonate"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
-	"golang.org/x/oauth2"
-	"google.golang.org/api/impersonate"
 	"google.golang.org/api/option"
 )
 
-// cloudPlatformScope is what an impersonated token is minted for; the
-// Spanner clients narrow nothing further.
+// cloudPlatformScope is what tokens are minted for; the Spanner clients
+// narrow nothing further.
 const cloudPlatformScope = "https://www.googleapis.com/auth/cloud-platform"
 
 // credentialSettings are the resolved credentials for real Spanner. Zero
@@ -30,22 +31,32 @@ type credentialSettings struct {
 	// credentialsJSON is the content of credentials, read from its file
 	// when it named one.
 	credentialsJSON []byte
-	impersonate     string
+	// credentialsFromEnv says the token or key came from the environment.
+	credentialsFromEnv bool
+	impersonate        string
+	delegates          []string
 }
 
 // resolveCredentials applies the google provider's precedence: settings in
 // the configuration beat the environment, and an access token beats a key.
-func resolveCredentials(cfg providerModel) (credentialSettings, diag.Diagnostics) {
+func resolveCredentials(ctx context.Context, cfg providerModel) (credentialSettings, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	var s credentialSettings
 	s.impersonate, _ = valueOrEnv(cfg.ImpersonateServiceAccount, "GOOGLE_IMPERSONATE_SERVICE_ACCOUNT")
+	if !cfg.ImpersonateServiceAccountDelegates.IsNull() {
+		diags.Append(cfg.ImpersonateServiceAccountDelegates.ElementsAs(ctx, &s.delegates, false)...)
+	}
+	if len(s.delegates) > 0 && s.impersonate == "" {
+		diags.AddAttributeError(path.Root("impersonate_service_account_delegates"), "Delegates without impersonation",
+			"Delegates lead to the service account to impersonate: set impersonate_service_account (or the "+
+				"GOOGLE_IMPERSONATE_SERVICE_ACCOUNT environment variable) too, or remove the delegates.")
+	}
 
 	token, creds := cfg.AccessToken.ValueString(), cfg.Credentials.ValueString()
-	var credsFromEnv bool
 	if token == "" && creds == "" {
 		token = os.Getenv("GOOGLE_OAUTH_ACCESS_TOKEN")
 		creds = os.Getenv("GOOGLE_CREDENTIALS")
-		credsFromEnv = true
+		s.credentialsFromEnv = true
 	}
 	switch {
 	case token != "":
@@ -54,7 +65,7 @@ func resolveCredentials(cfg providerModel) (credentialSettings, diag.Diagnostics
 		b, err := credentialsJSON(creds)
 		if err != nil {
 			detail := err.Error()
-			if credsFromEnv {
+			if s.credentialsFromEnv {
 				detail += " (the value comes from the GOOGLE_CREDENTIALS environment variable)"
 			}
 			diags.AddAttributeError(path.Root("credentials"), "Invalid credentials", detail)
@@ -110,38 +121,77 @@ func checkCredentialJSON(b []byte, what string) ([]byte, error) {
 // secrets themselves as map keys.
 func (s credentialSettings) key() string {
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(s.accessToken), s.credentialsJSON, []byte(s.impersonate)} {
+	for _, part := range [][]byte{[]byte(s.accessToken), s.credentialsJSON, []byte(s.impersonate), []byte(strings.Join(s.delegates, ","))} {
 		h.Write(part)
 		h.Write([]byte{0})
 	}
 	return "google\x00" + hex.EncodeToString(h.Sum(nil))
 }
 
-// clientOptions turns the settings into client options. Only impersonation
-// does work here (it builds a token source on the base credentials); ADC is
-// looked up by the clients when they are first created.
-func (s credentialSettings) clientOptions(ctx context.Context) ([]option.ClientOption, diag.Diagnostics) {
+// clientOptions finds the credentials once, in Configure, so that a missing
+// or broken credential fails the first command that needs Spanner with a
+// message saying what was tried, rather than the first read much later.
+// Finding them reads files and may ask the metadata server; it mints no
+// token.
+func (s credentialSettings) clientOptions(context.Context) ([]option.ClientOption, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	var base []option.ClientOption
+	var base *auth.Credentials
 	switch {
 	case s.accessToken != "":
-		base = []option.ClientOption{option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: s.accessToken}))}
+		base = auth.NewCredentials(&auth.CredentialsOptions{TokenProvider: staticToken(s.accessToken)})
 	case s.credentialsJSON != nil:
-		base = []option.ClientOption{option.WithCredentialsJSON(s.credentialsJSON)}
+		var err error
+		if base, err = credentials.DetectDefault(&credentials.DetectOptions{
+			Scopes: []string{cloudPlatformScope}, CredentialsJSON: s.credentialsJSON,
+		}); err != nil {
+			detail := fmt.Sprintf("The credential configuration cannot be used: %v", err)
+			if s.credentialsFromEnv {
+				detail += " (it comes from the GOOGLE_CREDENTIALS environment variable)"
+			}
+			diags.AddAttributeError(path.Root("credentials"), "Invalid credentials", detail)
+			return nil, diags
+		}
+	default:
+		var err error
+		if base, err = credentials.DetectDefault(&credentials.DetectOptions{Scopes: []string{cloudPlatformScope}}); err != nil {
+			diags.AddError("No Google Cloud credentials", noCredentials(err))
+			return nil, diags
+		}
 	}
 	if s.impersonate == "" {
-		return base, diags
+		return []option.ClientOption{option.WithAuthCredentials(base)}, diags
 	}
-	// The token source refreshes for as long as the cached clients live, so
-	// it must not be bound to this request.
-	ts, err := impersonate.CredentialsTokenSource(context.WithoutCancel(ctx), impersonate.CredentialsConfig{
+	// The token provider refreshes for as long as the cached clients live.
+	creds, err := impersonate.NewCredentials(&impersonate.CredentialsOptions{
 		TargetPrincipal: s.impersonate,
 		Scopes:          []string{cloudPlatformScope},
-	}, base...)
+		Delegates:       s.delegates,
+		Credentials:     base,
+	})
 	if err != nil {
 		diags.AddAttributeError(path.Root("impersonate_service_account"), "Cannot impersonate service account",
 			fmt.Sprintf("impersonating %s: %v", s.impersonate, err))
 		return nil, diags
 	}
-	return []option.ClientOption{option.WithTokenSource(ts)}, diags
+	return []option.ClientOption{option.WithAuthCredentials(creds)}, diags
+}
+
+// noCredentials says where the provider looked, in the order it looked.
+func noCredentials(err error) string {
+	adc := "GOOGLE_APPLICATION_CREDENTIALS is not set"
+	if f := os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"); f != "" {
+		adc = fmt.Sprintf("GOOGLE_APPLICATION_CREDENTIALS names %s", f)
+	}
+	return fmt.Sprintf("The provider looked for credentials, in order, in: access_token and credentials (not set), "+
+		"the GOOGLE_OAUTH_ACCESS_TOKEN and GOOGLE_CREDENTIALS environment variables (not set), and Application Default "+
+		"Credentials (%s; then gcloud's file from `gcloud auth application-default login`; then the metadata server of "+
+		"Google Cloud), which failed: %v\n\nSet credentials or access_token, run gcloud auth application-default login, or, "+
+		"for a Spanner emulator, set emulator_host.", adc, err)
+}
+
+// staticToken is an access token used as is, never refreshed.
+type staticToken string
+
+func (t staticToken) Token(context.Context) (*auth.Token, error) {
+	return &auth.Token{Value: string(t), Type: "Bearer"}, nil
 }

@@ -114,7 +114,7 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	h, err := d.holder(ctx, db, table, name)
 	held := err == nil
 	if err != nil && !errors.Is(err, lease.ErrNoHolder) {
-		resp.Diagnostics.AddError("Cannot read lease", fmt.Sprintf("reading lease %q in table %s of %s: %v", name, table, db, err))
+		resp.Diagnostics.AddError("Cannot read lease", fmt.Sprintf("reading lease %q in table %s: %v", name, table, err))
 		return
 	}
 
@@ -135,12 +135,13 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 
 // holder is lease.Client.Holder itself, not a copy of its query.
 func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (lease.Holder, error) {
-	lc, err := leaseClient(ctx, d.data, db, table)
-	if err != nil {
-		return lease.Holder{}, err
-	}
-	defer closeIdle(lc)
-	return lc.Holder(ctx, name)
+	var h lease.Holder
+	err := d.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		var err error
+		h, err = lc.Holder(ctx, name)
+		return err
+	})
+	return h, err
 }
 
 func timestamp(t time.Time) types.String {

@@ -11,11 +11,16 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 func TestAccLeaderDataSource(t *testing.T) {
-	db, prov := accDatabase(t)
+	eachDialect(t, locktable.Dialects, testAccLeaderDataSource)
+}
+
+func testAccLeaderDataSource(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
 	sc := emulator.Client(t, db)
 	// The lease this test holds would otherwise block the final destroy.
 	table := tableConfig(prov, unprotected+"  force_destroy = true\n")
@@ -23,6 +28,12 @@ func TestAccLeaderDataSource(t *testing.T) {
 data "spannerlock_leader" "free" {
   table = spannerlock_table.locks.name
   name  = "nobody"
+}
+`
+	upperCase := `
+data "spannerlock_leader" "upper" {
+  table = "LOCKS"
+  name  = "jobs"
 }
 `
 	held := `
@@ -48,7 +59,7 @@ data "spannerlock_leader" "jobs" {
 	jobs := func(attr string, v knownvalue.Check) statecheck.StateCheck {
 		return statecheck.ExpectKnownValue("data.spannerlock_leader.jobs", tfjsonpath.New(attr), v)
 	}
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
@@ -65,7 +76,7 @@ data "spannerlock_leader" "jobs" {
 			},
 			{
 				PreConfig: func() {
-					l = holdLease(t, sc, "locks", "jobs", "worker-1")
+					l = holdLease(t, sc, "jobs", "worker-1")
 					lc, err := lease.NewClient(sc, "locks")
 					if err != nil {
 						t.Fatal(err)
@@ -92,6 +103,17 @@ data "spannerlock_leader" "jobs" {
 					statecheck.ExpectKnownValue("data.spannerlock_leader.free", tfjsonpath.New("held"), knownvalue.Bool(false)),
 				},
 			},
+			// The table in another letter case: the same table to GoogleSQL;
+			// to PostgreSQL's SQL none, and the error says what to write.
+			byDialect(d, resource.TestStep{
+				Config: table + upperCase,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("data.spannerlock_leader.upper", tfjsonpath.New("holder_id"), knownvalue.StringExact("worker-1")),
+				},
+			}, resource.TestStep{
+				Config:      table + upperCase,
+				ExpectError: diagnostic("Cannot read lease", "Lock table locks exists in "+db+" as locks", `Set table = "locks"`),
+			}),
 		},
 	})
 }

@@ -8,11 +8,14 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
-	"cloud.google.com/go/spanner"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
+	"github.com/hashicorp/terraform-plugin-framework/function"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -24,12 +27,27 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-var _ provider.Provider = (*spannerlockProvider)(nil)
+var (
+	_ provider.Provider                       = (*spannerlockProvider)(nil)
+	_ provider.ProviderWithFunctions          = (*spannerlockProvider)(nil)
+	_ provider.ProviderWithEphemeralResources = (*spannerlockProvider)(nil)
+)
+
+// Address is the provider's registry address, which the binary serves under.
+const Address = "registry.terraform.io/spannerlock/spannerlock"
+
+// defaultRequestTimeout bounds each request to Spanner unless request_timeout
+// says otherwise. Spanner answers the provider's reads in milliseconds; the
+// budget is for a slow network, not for waiting on an endpoint that is down.
+const defaultRequestTimeout = 30 * time.Second
 
 type spannerlockProvider struct {
 	version string
 	// cache outlives each Configure: see connectionCache.
 	cache connectionCache
+	// leases are the ephemeral leases open in this process, between an Open
+	// and its Close.
+	leases openLeases
 }
 
 // New returns a constructor for the provider, as providerserver expects.
@@ -40,11 +58,14 @@ func New(version string) func() provider.Provider {
 }
 
 type providerModel struct {
-	Database                  types.String `tfsdk:"database"`
-	Credentials               types.String `tfsdk:"credentials"`
-	AccessToken               types.String `tfsdk:"access_token"`
-	ImpersonateServiceAccount types.String `tfsdk:"impersonate_service_account"`
-	EmulatorHost              types.String `tfsdk:"emulator_host"`
+	Database                           types.String `tfsdk:"database"`
+	Credentials                        types.String `tfsdk:"credentials"`
+	AccessToken                        types.String `tfsdk:"access_token"`
+	ImpersonateServiceAccount          types.String `tfsdk:"impersonate_service_account"`
+	ImpersonateServiceAccountDelegates types.List   `tfsdk:"impersonate_service_account_delegates"`
+	EmulatorHost                       types.String `tfsdk:"emulator_host"`
+	SpannerCustomEndpoint              types.String `tfsdk:"spanner_custom_endpoint"`
+	RequestTimeout                     types.String `tfsdk:"request_timeout"`
 }
 
 // providerData is what Configure hands to resources and data sources.
@@ -58,6 +79,11 @@ type providerData struct {
 	// pending then names the attribute that is unknown.
 	conns   *connections
 	pending string
+	// planned are the tables this plan creates, so that checks of other
+	// resources can tell a table that is missing from one that is coming.
+	planned plannedTables
+	// leases is the provider's registry of open ephemeral leases.
+	leases *openLeases
 }
 
 // defaultDatabase resolves an optional database attribute against the
@@ -73,8 +99,9 @@ func (d *providerData) defaultDatabase(v types.String, diags *diag.Diagnostics) 
 	case d == nil || d.databaseUnknown:
 		return "", false, true
 	case d.database == "":
-		diags.AddAttributeError(path.Root("database"), "No database", `no database: set database here, or in the `+
-			`provider block (provider "spannerlock" { database = "projects/P/instances/I/databases/D" })`)
+		diags.AddAttributeError(path.Root("database"), "No database", `no database: set database here, in the `+
+			`provider block (provider "spannerlock" { database = "projects/P/instances/I/databases/D" }), or in the `+
+			databaseEnv+` environment variable`)
 		return "", false, false
 	}
 	return d.database, true, true
@@ -117,13 +144,10 @@ func (d *providerData) connections() (*connections, error) {
 	return d.conns, nil
 }
 
-// spanner returns the data client of db.
-func (d *providerData) spanner(ctx context.Context, db string) (*spanner.Client, error) {
-	conns, err := d.connections()
-	if err != nil {
-		return nil, err
-	}
-	return conns.Spanner(ctx, db)
+// canRead reports whether Spanner can be read now, at plan time: false while
+// a connection setting is known only at apply.
+func (d *providerData) canRead() bool {
+	return d != nil && d.conns != nil
 }
 
 func (p *spannerlockProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -141,7 +165,8 @@ func (p *spannerlockProvider) Schema(_ context.Context, _ provider.SchemaRequest
 			"database": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "Default database of every resource and data source, as " +
-					"`projects/P/instances/I/databases/D`. Each may set its own `database` instead.",
+					"`projects/P/instances/I/databases/D`. Each may set its own `database` instead. Defaults to the `" +
+					databaseEnv + "` environment variable.",
 				Validators: []validator.String{databasePath()},
 			},
 			"credentials": schema.StringAttribute{
@@ -165,10 +190,33 @@ func (p *spannerlockProvider) Schema(_ context.Context, _ provider.SchemaRequest
 					"Application Default Credentials) as the caller, which needs `roles/iam.serviceAccountTokenCreator` " +
 					"on it. Defaults to the `GOOGLE_IMPERSONATE_SERVICE_ACCOUNT` environment variable.",
 			},
+			"impersonate_service_account_delegates": schema.ListAttribute{
+				Optional:    true,
+				ElementType: types.StringType,
+				MarkdownDescription: "Service accounts in a delegation chain to `impersonate_service_account`, in order: " +
+					"the caller needs `roles/iam.serviceAccountTokenCreator` on the first, each on the next, and the last on " +
+					"`impersonate_service_account`.",
+			},
 			"emulator_host": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "`host:port` of a Spanner emulator. Defaults to the `SPANNER_EMULATOR_HOST` " +
 					"environment variable. When set, the provider connects without TLS or authentication and looks up no credentials.",
+			},
+			"spanner_custom_endpoint": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "Spanner endpoint to use instead of `spanner.googleapis.com:443`, such as a regional or " +
+					"Private Service Connect endpoint, as `host:port` or as the `google` provider's URL form " +
+					"(`https://spanner.example.com/`, port 443). The connection uses TLS. Defaults to the " +
+					"`GOOGLE_SPANNER_CUSTOM_ENDPOINT` environment variable. Ignored when `emulator_host` is set.",
+				Validators: []validator.String{customEndpoint()},
+			},
+			"request_timeout": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "How long each request to Spanner may take, as a duration like `\"30s\"` or `\"2m\"`; " +
+					"default `\"" + defaultRequestTimeout.String() + "\"`. It bounds every read (inspections, holders, semaphores) " +
+					"and every write of a semaphore, but not the wait for a schema change to finish, which the table's " +
+					"`timeouts` bound, nor an ephemeral lease's `wait`. An endpoint that refuses connections fails at once.",
+				Validators: []validator.String{durationBetween(time.Second, 0)},
 			},
 		},
 	}
@@ -180,19 +228,30 @@ func (p *spannerlockProvider) Configure(ctx context.Context, req provider.Config
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	data := &providerData{database: cfg.Database.ValueString(), databaseUnknown: cfg.Database.IsUnknown()}
-	resp.ResourceData, resp.DataSourceData = data, data
+	data := &providerData{database: cfg.Database.ValueString(), databaseUnknown: cfg.Database.IsUnknown(), leases: &p.leases}
+	resp.ResourceData, resp.DataSourceData, resp.EphemeralResourceData = data, data, data
+	if cfg.Database.IsNull() {
+		if data.database = os.Getenv(databaseEnv); data.database != "" && !databasePattern.MatchString(data.database) {
+			resp.Diagnostics.AddAttributeError(path.Root("database"), "Invalid database",
+				fmt.Sprintf("The %s environment variable is %q, which is not a database path like "+
+					"projects/P/instances/I/databases/D.", databaseEnv, data.database))
+			return
+		}
+	}
 
 	// Settings computed by other resources are known at apply; until then
 	// plans go ahead without reading Spanner.
 	for _, a := range []struct {
 		name string
-		v    types.String
+		v    attr.Value
 	}{
 		{"emulator_host", cfg.EmulatorHost},
 		{"credentials", cfg.Credentials},
 		{"access_token", cfg.AccessToken},
 		{"impersonate_service_account", cfg.ImpersonateServiceAccount},
+		{"impersonate_service_account_delegates", cfg.ImpersonateServiceAccountDelegates},
+		{"spanner_custom_endpoint", cfg.SpannerCustomEndpoint},
+		{"request_timeout", cfg.RequestTimeout},
 	} {
 		if a.v.IsUnknown() {
 			data.pending = a.name
@@ -200,35 +259,75 @@ func (p *spannerlockProvider) Configure(ctx context.Context, req provider.Config
 		}
 	}
 
+	settings := connectionSettings{
+		timeout:   defaultRequestTimeout,
+		userAgent: fmt.Sprintf("terraform-provider-spannerlock/%s terraform/%s", p.version, req.TerraformVersion),
+	}
+	if !cfg.RequestTimeout.IsNull() {
+		// The validator has accepted it.
+		settings.timeout, _ = time.ParseDuration(cfg.RequestTimeout.ValueString())
+	}
+
 	host, fromEnv := valueOrEnv(cfg.EmulatorHost, "SPANNER_EMULATOR_HOST")
 	if host != "" {
-		data.conns = p.emulatorConnections(host, fromEnv, cfg, resp)
+		data.conns = p.emulatorConnections(host, fromEnv, cfg, settings, resp)
 		return
 	}
-	settings, diags := resolveCredentials(cfg)
+	var ok bool
+	if settings.endpoint, ok = spannerEndpoint(cfg.SpannerCustomEndpoint, &resp.Diagnostics); !ok {
+		return
+	}
+	creds, diags := resolveCredentials(ctx, cfg)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	// Options are built once per distinct setting: impersonation looks up
-	// its base credentials, which Configure should not repeat per command.
-	if data.conns = p.cache.lookup(settings.key()); data.conns != nil {
+	// Credentials are looked up once per distinct setting: the lookup reads
+	// files and may ask the metadata server, which Configure should not
+	// repeat per command.
+	key := settings.key() + "\x00" + creds.key()
+	if data.conns = p.cache.lookup(key); data.conns != nil {
 		return
 	}
-	opts, diags := settings.clientOptions(ctx)
+	opts, diags := creds.clientOptions(ctx)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	data.conns = p.cache.get(settings.key(), func() *connections {
-		return newConnections("Google Cloud Spanner", opts)
+	data.conns = p.cache.get(key, func() *connections {
+		return newConnections("Spanner at "+settings.endpoint, settings, append(opts, option.WithEndpoint(settings.endpoint)))
 	})
+}
+
+// databaseEnv is the default of the provider's database.
+const databaseEnv = "SPANNERLOCK_DATABASE"
+
+// defaultSpannerEndpoint is where the Spanner clients connect by default.
+const defaultSpannerEndpoint = "spanner.googleapis.com:443"
+
+// spannerEndpoint resolves spanner_custom_endpoint and its environment
+// variable to host:port.
+func spannerEndpoint(v types.String, diags *diag.Diagnostics) (string, bool) {
+	s, fromEnv := valueOrEnv(v, "GOOGLE_SPANNER_CUSTOM_ENDPOINT")
+	if s == "" {
+		return defaultSpannerEndpoint, true
+	}
+	endpoint, err := parseCustomEndpoint(s)
+	if err != nil {
+		detail := err.Error()
+		if fromEnv {
+			detail += " (the value comes from the GOOGLE_SPANNER_CUSTOM_ENDPOINT environment variable)"
+		}
+		diags.AddAttributeError(path.Root("spanner_custom_endpoint"), "Invalid Spanner endpoint", detail)
+		return "", false
+	}
+	return endpoint, true
 }
 
 // emulatorConnections connects to an emulator. No credentials are looked up
 // at all: an emulator ignores them, and a stray GOOGLE_CREDENTIALS or missing
 // ADC must not break a local setup.
-func (p *spannerlockProvider) emulatorConnections(host string, fromEnv bool, cfg providerModel, resp *provider.ConfigureResponse) *connections {
+func (p *spannerlockProvider) emulatorConnections(host string, fromEnv bool, cfg providerModel, settings connectionSettings, resp *provider.ConfigureResponse) *connections {
 	for _, scheme := range []string{"http://", "https://", "passthrough:///"} {
 		host = strings.TrimPrefix(host, scheme)
 	}
@@ -242,11 +341,13 @@ func (p *spannerlockProvider) emulatorConnections(host string, fromEnv bool, cfg
 	}
 	for _, a := range []struct {
 		name string
-		v    types.String
+		v    attr.Value
 	}{
 		{"credentials", cfg.Credentials},
 		{"access_token", cfg.AccessToken},
 		{"impersonate_service_account", cfg.ImpersonateServiceAccount},
+		{"impersonate_service_account_delegates", cfg.ImpersonateServiceAccountDelegates},
+		{"spanner_custom_endpoint", cfg.SpannerCustomEndpoint},
 	} {
 		if !a.v.IsNull() {
 			resp.Diagnostics.AddAttributeWarning(path.Root(a.name), "Ignored with an emulator",
@@ -258,8 +359,9 @@ func (p *spannerlockProvider) emulatorConnections(host string, fromEnv bool, cfg
 	if _, set := os.LookupEnv("GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS"); !set {
 		_ = os.Setenv("GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS", "false")
 	}
-	return p.cache.get("emulator\x00"+host, func() *connections {
-		return newConnections("the Spanner emulator at "+host, []option.ClientOption{
+	settings.endpoint = host
+	return p.cache.get("emulator\x00"+settings.key(), func() *connections {
+		return newConnections("the Spanner emulator at "+host, settings, []option.ClientOption{
 			option.WithEndpoint("passthrough:///" + host),
 			option.WithoutAuthentication(),
 			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
@@ -283,4 +385,12 @@ func (p *spannerlockProvider) Resources(context.Context) []func() resource.Resou
 
 func (p *spannerlockProvider) DataSources(context.Context) []func() datasource.DataSource {
 	return []func() datasource.DataSource{newLeaderDataSource, newSemaphoreDataSource}
+}
+
+func (p *spannerlockProvider) Functions(context.Context) []func() function.Function {
+	return []func() function.Function{newDDLFunction}
+}
+
+func (p *spannerlockProvider) EphemeralResources(context.Context) []func() ephemeral.EphemeralResource {
+	return []func() ephemeral.EphemeralResource{newLeaseEphemeralResource}
 }

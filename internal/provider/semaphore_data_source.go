@@ -135,7 +135,7 @@ func (d *semaphoreDataSource) Read(ctx context.Context, req datasource.ReadReque
 				"declaring it), or from Go with lease.Client.SetPermits.", name, table, db))
 		return
 	case err != nil:
-		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(db, table, name, err))
+		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
 		return
 	}
 

@@ -11,11 +11,16 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 func TestAccSemaphoreDataSource(t *testing.T) {
-	db, prov := accDatabase(t)
+	eachDialect(t, locktable.Dialects, testAccSemaphoreDataSource)
+}
+
+func testAccSemaphoreDataSource(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
 	sc := emulator.Client(t, db)
 	ctx := emulator.Context(t)
 	// The permits this test holds would otherwise block the final destroy.
@@ -35,6 +40,12 @@ data "spannerlock_semaphore" "jobs" {
 data "spannerlock_semaphore" "never" {
   table = spannerlock_table.locks.name
   name  = "never-declared"
+}
+`
+	upperCase := `
+data "spannerlock_semaphore" "upper" {
+  table = "LOCKS"
+  name  = spannerlock_semaphore.jobs.name
 }
 `
 	jobs := func(attr tfjsonpath.Path, v knownvalue.Check) statecheck.StateCheck {
@@ -67,7 +78,7 @@ data "spannerlock_semaphore" "never" {
 			})),
 		}
 	}
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
@@ -86,13 +97,13 @@ data "spannerlock_semaphore" "never" {
 				PreConfig: func() {
 					var tokens []int64
 					for _, h := range []string{"worker-1", "worker-2"} {
-						l, err := appClient(t, sc, "locks", h).TryAcquirePermit(ctx, "jobs")
+						l, err := appClient(t, sc, h).TryAcquirePermit(ctx, "jobs")
 						if err != nil {
 							t.Fatal(err)
 						}
 						tokens = append(tokens, l.Token())
 					}
-					lc := appClient(t, sc, "locks", "reader")
+					lc := appClient(t, sc, "reader")
 					var err error
 					if want, err = lc.Semaphore(ctx, "jobs"); err != nil {
 						t.Fatal(err)
@@ -108,6 +119,15 @@ data "spannerlock_semaphore" "never" {
 					jobs(tfjsonpath.New("holders"), knownvalue.ListSizeExact(2)),
 				}, append(holderChecks(0), holderChecks(1)...)...),
 			},
+			// The table in another letter case: the same table to GoogleSQL;
+			// to PostgreSQL's SQL none, and the error says what to write.
+			byDialect(d, resource.TestStep{
+				Config:            config + upperCase,
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownValue("data.spannerlock_semaphore.upper", tfjsonpath.New("in_use"), knownvalue.Int64Exact(2))},
+			}, resource.TestStep{
+				Config:      config + upperCase,
+				ExpectError: diagnostic("Cannot read semaphore", "Lock table locks exists in "+db+" as locks", `Set table = "locks"`),
+			}),
 			{
 				Config:      config + never,
 				ExpectError: diagnostic("Semaphore never-declared is not declared", `"never-declared" is not declared in table locks`, "spannerlock_semaphore resource", "SetPermits"),

@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
@@ -67,9 +66,18 @@ func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 			"table": schema.StringAttribute{
 				Required: true,
 				MarkdownDescription: "Name of the lock table, usually `spannerlock_table.<name>.name`. Changing it " +
-					"undeclares the semaphore in the old table and declares it in the new one.",
-				Validators:    []validator.String{tableName()},
-				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+					"undeclares the semaphore in the old table and declares it in the new one; a change of letter case " +
+					"only is the same table to Spanner, and changes nothing but the spelling Terraform records. In a " +
+					"PostgreSQL-dialect database, where SQL names tables case-sensitively, the plan refuses a spelling " +
+					"other than the table's own.",
+				Validators: []validator.String{tableName()},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplaceIf(
+					func(_ context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
+						resp.RequiresReplace = !strings.EqualFold(req.StateValue.ValueString(), req.PlanValue.ValueString())
+					},
+					"Changing the table, other than its letter case, replaces the semaphore.",
+					"Changing the table, other than its letter case, replaces the semaphore.",
+				)},
 			},
 			"name": schema.StringAttribute{
 				Required: true,
@@ -95,9 +103,9 @@ func (r *semaphoreResource) Configure(_ context.Context, req resource.ConfigureR
 	}
 }
 
-// ModifyPlan resolves the database, decides replacement on it, refuses to
-// declare a semaphore that already is, and warns when a lowered limit is
-// below the permits held.
+// ModifyPlan resolves the database, decides replacement on it, checks that
+// the table exists, refuses to declare a semaphore that already is, and
+// warns when a lowered limit is below the permits held.
 func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() {
 		return
@@ -136,17 +144,27 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 			replace = true
 		}
 		// The attributes' own modifiers request these replacements.
-		replace = replace || !plan.Table.Equal(state.Table) || !plan.Name.Equal(state.Name)
+		replace = replace || !strings.EqualFold(plan.Table.ValueString(), state.Table.ValueString()) || !plan.Name.Equal(state.Name)
 	}
+	table := plan.Table.ValueString()
 	switch {
-	case !known || r.data == nil || r.data.conns == nil:
+	case !known || !r.data.canRead():
 		// Spanner cannot be read yet; Create checks again.
 	case replace:
 		// Also on replacement: apply would undeclare the old semaphore
 		// before finding the new one taken.
-		r.refuseDeclared(ctx, db, plan.Table.ValueString(), plan.Name.ValueString(), &resp.Diagnostics)
-	case !plan.Permits.IsUnknown() && plan.Permits.ValueInt64() < state.Permits.ValueInt64():
-		r.warnLowering(ctx, db, plan.Table.ValueString(), plan.Name.ValueString(), plan.Permits.ValueInt64(), &resp.Diagnostics)
+		if r.tableReady(ctx, db, table, &resp.Diagnostics) {
+			r.refuseDeclared(ctx, db, table, plan.Name.ValueString(), &resp.Diagnostics)
+		}
+	default:
+		// A change of letter case only names the same table, but in a
+		// PostgreSQL-dialect database SQL may not find it by the new one.
+		if table != state.Table.ValueString() && !r.tableReady(ctx, db, table, &resp.Diagnostics) {
+			break
+		}
+		if !plan.Permits.IsUnknown() && plan.Permits.ValueInt64() < state.Permits.ValueInt64() {
+			r.warnLowering(ctx, db, table, plan.Name.ValueString(), plan.Permits.ValueInt64(), &resp.Diagnostics)
+		}
 	}
 	if resp.Diagnostics.HasError() {
 		return
@@ -154,29 +172,74 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
 }
 
+// tableReady reports whether the semaphore's table exists under that name,
+// so that it can be read. A table that this plan creates, or whose database
+// this apply creates, is not there yet and is no error. Any other missing
+// table gets a warning rather than an error, because something this provider
+// cannot see, such as the ddl of a google_spanner_database, may create it in
+// the same apply; apply fails with a clear error if nothing does. A table that
+// exists in another letter case than a PostgreSQL-dialect database's SQL finds
+// is an error: applications given that name cannot find it either.
+func (r *semaphoreResource) tableReady(ctx context.Context, db, table string, diags *diag.Diagnostics) bool {
+	if r.data.planned.has(db, table) {
+		return false
+	}
+	ins, err := r.data.inspect(ctx, db, table)
+	switch {
+	case databaseGone(err):
+		return false
+	case err != nil:
+		diags.AddError("Cannot read table", err.Error())
+		return false
+	case !ins.Exists:
+		diags.AddAttributeWarning(path.Root("table"), fmt.Sprintf("Table %s does not exist", table), missingTable(db, table)+
+			" Unless something else in this configuration creates it before this semaphore, apply will fail.")
+		return false
+	}
+	if live, misspelled := ins.Misspelled(); misspelled {
+		diags.AddAttributeError(path.Root("table"), fmt.Sprintf("Table %s is spelled %s", table, live), misspelledTable(db, table, live))
+		return false
+	}
+	return true
+}
+
+func missingTable(db, table string) string {
+	return fmt.Sprintf("Lock table %s does not exist in %s, so no semaphore can be declared in it. Create it with a "+
+		"spannerlock_table resource and set table = spannerlock_table.<name>.name here, so that Terraform creates the table "+
+		"first; or check the spelling of table and database.", table, db)
+}
+
 // refuseDeclared stops the plan from declaring a semaphore that is already
 // declared: taking over a limit that applications (or another configuration)
-// set would hide it from review. A failed read is no reason to stop the plan
-// (the table may be created by this same apply); Create checks again.
+// set would hide it from review.
 func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name string, diags *diag.Diagnostics) {
 	s, err := readSemaphore(ctx, r.data, db, table, name)
-	if err != nil {
-		return
+	switch {
+	case errors.Is(err, lease.ErrUnknownSemaphore):
+	case err != nil:
+		diags.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
+	default:
+		diags.AddAttributeError(path.Root("name"), "Semaphore already declared", alreadyDeclared(db, table, s))
 	}
-	diags.AddAttributeError(path.Root("name"), "Semaphore already declared", alreadyDeclared(db, table, s))
 }
 
 func alreadyDeclared(db, table string, s lease.Semaphore) string {
 	return fmt.Sprintf("Semaphore %q is already declared in table %s of %s, with %d permit(s). spannerlock_semaphore "+
-		"never takes over an existing limit without review; import it instead:\n\n  terraform import <resource address> %s\n\n"+
-		"The plan after the import shows any change to its limit.", s.Name, table, db, s.Permits, semaphoreID(db, table, s.Name))
+		"never takes over an existing limit without review; import it instead, with an import block or with\n\n"+
+		"  terraform import <resource address> %s\n\nThe plan after the import shows any change to its limit.",
+		s.Name, table, db, s.Permits, semaphoreID(db, table, s.Name))
 }
 
 // warnLowering tells the reviewer of a plan that lowers the limit below the
 // permits held now what apply will and will not do about them.
 func (r *semaphoreResource) warnLowering(ctx context.Context, db, table, name string, permits int64, diags *diag.Diagnostics) {
 	s, err := readSemaphore(ctx, r.data, db, table, name)
-	if err != nil || int64(s.InUse()) <= permits {
+	if err != nil {
+		// Read found the semaphore moments ago; apply reports any failure.
+		diags.AddWarning("Cannot read the permits held", semaphoreFailure(table, name, err))
+		return
+	}
+	if int64(s.InUse()) <= permits {
 		return
 	}
 	diags.AddAttributeWarning(path.Root("permits"), fmt.Sprintf("Semaphore %s has more permits held than the new limit", name),
@@ -192,23 +255,28 @@ func (r *semaphoreResource) Create(ctx context.Context, req resource.CreateReque
 		return
 	}
 	db, table, name := plan.Database.ValueString(), plan.Table.ValueString(), plan.Name.ValueString()
-	lc, err := leaseClient(ctx, r.data, db, table)
-	if err != nil {
-		resp.Diagnostics.AddError("Cannot declare semaphore", err.Error())
-		return
-	}
-	defer closeIdle(lc)
-	s, err := lc.Semaphore(ctx, name)
+	var existing lease.Semaphore
+	declared := false
+	err := r.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		s, err := lc.Semaphore(ctx, name)
+		switch {
+		case err == nil:
+			existing, declared = s, true
+			return nil
+		case !errors.Is(err, lease.ErrUnknownSemaphore):
+			return err
+		}
+		return lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
+	})
 	switch {
-	case err == nil:
-		resp.Diagnostics.AddAttributeError(path.Root("name"), "Semaphore already declared", alreadyDeclared(db, table, s))
+	case declared:
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Semaphore already declared", alreadyDeclared(db, table, existing))
 		return
-	case !errors.Is(err, lease.ErrUnknownSemaphore):
-		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(db, table, name, err))
+	case err != nil && r.tableGone(ctx, db, table):
+		resp.Diagnostics.AddAttributeError(path.Root("table"), "Table does not exist", missingTable(db, table))
 		return
-	}
-	if err := lc.SetPermits(ctx, name, plan.Permits.ValueInt64()); err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("name"), "Cannot declare semaphore", semaphoreFailure(db, table, name, err))
+	case err != nil:
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Cannot declare semaphore", semaphoreFailure(table, name, err))
 		return
 	}
 	plan.ID = types.StringValue(semaphoreID(db, table, name))
@@ -230,7 +298,7 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		resp.State.RemoveResource(ctx)
 		return
 	case err != nil:
-		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(db, table, name, err))
+		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
 		return
 	}
 	// From Spanner, so a limit changed behind Terraform's back shows as a diff.
@@ -246,17 +314,17 @@ func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateReque
 		return
 	}
 	db, table, name := plan.Database.ValueString(), plan.Table.ValueString(), plan.Name.ValueString()
-	lc, err := leaseClient(ctx, r.data, db, table)
-	if err == nil {
-		defer closeIdle(lc)
+	err := r.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
 		// In place: holders keep their permits and tokens whichever way the
-		// limit moves.
-		err = lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
-	}
+		// limit moves. A table renamed only in letter case is the same
+		// table, and this writes the same limit to the same row.
+		return lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
+	})
 	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("permits"), "Cannot change semaphore limit", semaphoreFailure(db, table, name, err))
+		resp.Diagnostics.AddAttributeError(path.Root("permits"), "Cannot change semaphore limit", semaphoreFailure(table, name, err))
 		return
 	}
+	plan.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
@@ -267,24 +335,21 @@ func (r *semaphoreResource) Delete(ctx context.Context, req resource.DeleteReque
 		return
 	}
 	db, table, name := state.Database.ValueString(), state.Table.ValueString(), state.Name.ValueString()
-	lc, err := leaseClient(ctx, r.data, db, table)
-	if err != nil {
-		resp.Diagnostics.AddError("Cannot undeclare semaphore", err.Error())
-		return
-	}
-	defer closeIdle(lc)
-	// Read first, only to tell who still holds permits: Undeclare itself
-	// takes nothing away.
-	s, err := lc.Semaphore(ctx, name)
+	var s lease.Semaphore
+	err := r.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		// Read first, only to tell who still holds permits: Undeclare
+		// itself takes nothing away.
+		var err error
+		if s, err = lc.Semaphore(ctx, name); err != nil {
+			return err
+		}
+		return lc.Undeclare(ctx, name)
+	})
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore), err != nil && r.tableGone(ctx, db, table):
 		return
 	case err != nil:
-		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(db, table, name, err))
-		return
-	}
-	if err := lc.Undeclare(ctx, name); err != nil {
-		resp.Diagnostics.AddError("Cannot undeclare semaphore", semaphoreFailure(db, table, name, err))
+		resp.Diagnostics.AddError("Cannot undeclare semaphore", semaphoreFailure(table, name, err))
 		return
 	}
 	if s.InUse() > 0 {
@@ -329,11 +394,7 @@ func (r *semaphoreResource) ImportState(ctx context.Context, req resource.Import
 // tableGone reports that the table, or its whole database, no longer exists,
 // so neither does any semaphore in it.
 func (r *semaphoreResource) tableGone(ctx context.Context, db, table string) bool {
-	sc, err := r.data.spanner(ctx, db)
-	if err != nil {
-		return false
-	}
-	ins, err := locktable.Inspect(ctx, sc, table)
+	ins, err := r.data.inspect(ctx, db, table)
 	if err != nil {
 		return databaseGone(err)
 	}
@@ -342,29 +403,17 @@ func (r *semaphoreResource) tableGone(ctx context.Context, db, table string) boo
 
 // readSemaphore is lease.Client.Semaphore itself, not a copy of its query.
 func readSemaphore(ctx context.Context, data *providerData, db, table, name string) (lease.Semaphore, error) {
-	lc, err := leaseClient(ctx, data, db, table)
-	if err != nil {
-		return lease.Semaphore{}, err
-	}
-	defer closeIdle(lc)
-	return lc.Semaphore(ctx, name)
+	var s lease.Semaphore
+	err := data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		var err error
+		s, err = lc.Semaphore(ctx, name)
+		return err
+	})
+	return s, err
 }
 
-// semaphoreFailure explains a failed call on a semaphore, naming it in full.
-func semaphoreFailure(db, table, name string, err error) string {
-	return fmt.Sprintf("semaphore %q in table %s of %s: %v", name, table, db, err)
+// semaphoreFailure explains a failed call on a semaphore; err names the
+// database and where it is.
+func semaphoreFailure(table, name string, err error) string {
+	return fmt.Sprintf("semaphore %q in table %s: %v", name, table, err)
 }
-
-// leaseClient returns a lease.Client on the table for reads and declarations.
-// It never acquires, so it holds no session: close it with closeIdle.
-func leaseClient(ctx context.Context, data *providerData, db, table string) (*lease.Client, error) {
-	sc, err := data.spanner(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	return lease.NewClient(sc, table)
-}
-
-// closeIdle closes a Client that holds nothing, which does no I/O and
-// cannot fail.
-func closeIdle(lc *lease.Client) { _ = lc.Close() }

@@ -54,7 +54,7 @@ func checkSemaphore(t *testing.T, sc *spanner.Client, check func(lease.Semaphore
 		if err != nil {
 			return err
 		}
-		defer closeIdle(lc)
+		defer func() { _ = lc.Close() }()
 		return check(lc.Semaphore(emulator.Context(t), "jobs"))
 	}
 }
@@ -88,7 +88,7 @@ type tokens struct {
 }
 
 func (tk *tokens) next() error {
-	lc := appClient(tk.t, tk.sc, "locks", "token-checker")
+	lc := appClient(tk.t, tk.sc, "token-checker")
 	ctx := emulator.Context(tk.t)
 	l, err := lc.TryAcquirePermit(ctx, "jobs")
 	if err != nil {
@@ -103,9 +103,13 @@ func (tk *tokens) next() error {
 }
 
 func TestAccSemaphore_lifecycle(t *testing.T) {
-	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	eachDialect(t, locktable.Dialects, testAccSemaphoreLifecycle)
+}
+
+func testAccSemaphoreLifecycle(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
 	sc := emulator.Client(t, db)
-	admin := appClient(t, sc, "locks", "admin")
+	admin := appClient(t, sc, "admin")
 	tk := &tokens{t: t, sc: sc}
 	behindTheBack := func(change func(*lease.Client) error) func() {
 		return func() {
@@ -114,7 +118,7 @@ func TestAccSemaphore_lifecycle(t *testing.T) {
 			}
 		}
 	}
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		// Undeclared, but the token counter is kept: declared again, the
@@ -153,6 +157,11 @@ func TestAccSemaphore_lifecycle(t *testing.T) {
 				ImportState:       true,
 				ImportStateId:     "locks/semaphores/jobs",
 				ImportStateVerify: true,
+			},
+			{
+				ResourceName:    semaphoreAddress,
+				ImportState:     true,
+				ImportStateKind: resource.ImportBlockWithID,
 			},
 			{
 				Config:           semaphoreConfig(prov, 5),
@@ -204,13 +213,17 @@ func (e expectPriorPermits) CheckPlan(_ context.Context, req plancheck.CheckPlan
 }
 
 func TestAccSemaphore_lowerWhileHeld(t *testing.T) {
-	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	eachDialect(t, locktable.Dialects, testAccSemaphoreLowerWhileHeld)
+}
+
+func testAccSemaphoreLowerWhileHeld(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
 	sc := emulator.Client(t, db)
 	ctx := emulator.Context(t)
 	var held []*lease.Lease
 	// other is an application that wants a permit while the test's holders
 	// keep theirs; its permit is still held when the semaphore is destroyed.
-	other := appClient(t, sc, "locks", "other")
+	other := appClient(t, sc, "other")
 	var othersPermit *lease.Lease
 	tryOther := func() error {
 		l, err := other.TryAcquirePermit(ctx, "jobs")
@@ -219,7 +232,7 @@ func TestAccSemaphore_lowerWhileHeld(t *testing.T) {
 		}
 		return err
 	}
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy: resource.ComposeAggregateTestCheckFunc(
@@ -247,7 +260,7 @@ func TestAccSemaphore_lowerWhileHeld(t *testing.T) {
 			{
 				PreConfig: func() {
 					for i := range 3 {
-						l, err := appClient(t, sc, "locks", fmt.Sprintf("worker-%d", i+1)).TryAcquirePermit(ctx, "jobs")
+						l, err := appClient(t, sc, fmt.Sprintf("worker-%d", i+1)).TryAcquirePermit(ctx, "jobs")
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -291,14 +304,18 @@ func TestAccSemaphore_lowerWhileHeld(t *testing.T) {
 }
 
 func TestAccSemaphore_importExisting(t *testing.T) {
-	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	eachDialect(t, locktable.Dialects, testAccSemaphoreImportExisting)
+}
+
+func testAccSemaphoreImportExisting(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
 	sc := emulator.Client(t, db)
-	admin := appClient(t, sc, "locks", "admin")
+	admin := appClient(t, sc, "admin")
 	if err := admin.SetPermits(emulator.Context(t), "jobs", 4); err != nil {
 		t.Fatal(err)
 	}
-	holdLease(t, sc, "locks", "a-lock", "worker-1")
-	resource.ParallelTest(t, resource.TestCase{
+	holdLease(t, sc, "a-lock", "worker-1")
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             checkSemaphore(t, sc, undeclared),
@@ -390,17 +407,17 @@ resource "spannerlock_semaphore" "s" {
 			{
 				Config:      semaphore(prov, "2locks", "jobs", 1),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", `table: table name "2locks" must start with a letter`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter`),
 			},
 			{
 				Config:      semaphore(prov, "locks", "", 1),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid semaphore name", "name: lease name is empty"),
+				ExpectError: diagnostic("Invalid semaphore name", "\nLease name is empty."),
 			},
 			{
 				Config:      semaphore(noDatabase, "locks", "jobs", 1),
 				PlanOnly:    true,
-				ExpectError: diagnostic("No database", "set database here, or in the provider block"),
+				ExpectError: diagnostic("No database", "set database here, in the provider block"),
 			},
 			{
 				Config: prov + `
@@ -466,4 +483,95 @@ func TestDescribePermitsListsAtMostFive(t *testing.T) {
 	if strings.Contains(got, `"w5"`) {
 		t.Errorf("warning lists more than five holders: %q", got)
 	}
+}
+
+// Spanner resolves table names regardless of case, so a change of case
+// only is the same table: recorded in place, never a new declaration. In a
+// PostgreSQL-dialect database, whose SQL names tables case-sensitively,
+// nothing given the other spelling finds the table, so the plan refuses it.
+func TestAccSemaphore_tableLetterCase(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccSemaphoreTableLetterCase)
+}
+
+func testAccSemaphoreTableLetterCase(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tk := &tokens{t: t, sc: sc}
+	unchanged := resource.ComposeAggregateTestCheckFunc(
+		checkSemaphore(t, sc, declared(2, 0)),
+		func(*terraform.State) error { return tk.next() },
+	)
+	upperCase := strings.Replace(semaphoreConfig(prov, 2), `table   = "locks"`, `table   = "LOCKS"`, 1)
+	misspelled := diagnostic("Table LOCKS is spelled locks", "PostgreSQL-dialect database", `Set table = "locks"`)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             checkSemaphore(t, sc, undeclared),
+		Steps: append([]resource.TestStep{{
+			Config: semaphoreConfig(prov, 2),
+			Check:  unchanged,
+		}}, byDialect(d, []resource.TestStep{{
+			Config:           upperCase,
+			ConfigPlanChecks: expectAction(plancheck.ResourceActionUpdate),
+			ConfigStateChecks: []statecheck.StateCheck{
+				expectSemaphore("table", knownvalue.StringExact("LOCKS")),
+				expectSemaphore("id", knownvalue.StringExact(db+"/tables/LOCKS/semaphores/jobs")),
+			},
+			Check: unchanged,
+		}}, []resource.TestStep{
+			{
+				Config:      upperCase,
+				ExpectError: misspelled,
+			},
+			{
+				// A new semaphore too, before apply could fail on it.
+				Config: semaphoreConfig(prov, 2) + `
+resource "spannerlock_semaphore" "other" {
+  table   = "LOCKS"
+  name    = "other"
+  permits = 1
+}
+`,
+				PlanOnly:    true,
+				ExpectError: misspelled,
+			},
+			{
+				Config: semaphoreConfig(prov, 2),
+				Check:  unchanged,
+			},
+		})...),
+	})
+}
+
+func TestAccSemaphore_missingTable(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccSemaphoreMissingTable)
+}
+
+func testAccSemaphoreMissingTable(t *testing.T, d locktable.Dialect) {
+	_, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config:      strings.Replace(semaphoreConfig(prov, 2), `table   = "locks"`, `table   = "absent"`, 1),
+			ExpectError: diagnostic("Table does not exist", "Lock table absent does not exist in", "spannerlock_table"),
+		}},
+	})
+}
+
+// The plan warns about a semaphore's missing table, except when the same
+// plan creates it.
+func TestAccSemaphore_missingTableWarnsAtPlan(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccSemaphoreMissingTableWarnsAtPlan)
+}
+
+func testAccSemaphoreMissingTableWarnsAtPlan(t *testing.T, d locktable.Dialect) {
+	_, prov := accDatabaseIn(t, d)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.write(strings.Replace(semaphoreConfig(prov, 2), `table   = "locks"`, `table   = "absent"`, 1))
+	tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "Table absent does not exist", "apply will fail")
+
+	tf.write(tableConfig(prov, unprotected) + strings.Replace(semaphoreConfig("", 2), `table   = "locks"`, `table   = spannerlock_table.locks.name`, 1))
+	tf.run(ctx, "plan", "-json").ok(t).lacks(t, "Table locks does not exist")
 }

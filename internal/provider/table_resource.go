@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"github.com/googleapis/gax-go/v2"
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -20,6 +23,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
@@ -65,7 +69,8 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A Spanner table that `lease` clients keep their leases in, with its companion tables " +
 			"`<name>_permits` and `<name>_sessions`, created, migrated and repaired in place from the one schema " +
-			"definition the runtime uses.",
+			"definition the runtime uses, in a GoogleSQL- or a PostgreSQL-dialect database: the provider reads the " +
+			"database's dialect and writes its DDL in it.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed:            true,
@@ -75,7 +80,9 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Required: true,
 				MarkdownDescription: "Name of the table: a letter, then letters, digits and underscores, at most " +
 					fmt.Sprint(locktable.MaxTableNameLength) + " characters. Pass the same name to `lease.NewClient`. " +
-					"Changing it replaces the table; names differing only in letter case are the same table to Spanner.",
+					"Changing it replaces the table; names differing only in letter case are the same table to Spanner. " +
+					"In a PostgreSQL-dialect database the DDL quotes the name, so it keeps its letter case: SQL names a " +
+					"table `Locks` as `\"Locks\"`.",
 				Validators:    []validator.String{tableName()},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
@@ -121,9 +128,30 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 		},
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+			"timeouts": timeoutsBlock(ctx),
 		},
 	}
+}
+
+// timeoutsBlock describes what each timeout bounds, which the library's
+// generic descriptions do not say.
+func timeoutsBlock(ctx context.Context) schema.Block {
+	const unit = ", as a duration like `\"30m\"` or `\"1h\"`; default `\"20m\"`. "
+	const keeps = "Spanner keeps running a schema change the provider stopped waiting for; apply again to see where it got."
+	b, ok := timeouts.Block(ctx, timeouts.Opts{
+		Create: true, Update: true, Delete: true,
+		CreateDescription: "How long creating the tables may take, the wait for Spanner's schema change included" + unit + keeps,
+		UpdateDescription: "How long a migration or repair may take, the wait for Spanner's schema change included (with " +
+			"many rows, adding a default or an option can take minutes)" + unit + keeps,
+		DeleteDescription: "How long dropping the tables may take, the check for live leases and the wait for Spanner's " +
+			"schema change included" + unit + "Only a timeout saved in the state before the destroy applies.",
+	}).(schema.SingleNestedBlock)
+	if !ok {
+		panic("timeouts.Block is not a SingleNestedBlock")
+	}
+	b.MarkdownDescription = "How long each operation may take. The reads within it (inspections, the check for live " +
+		"leases) are also bounded, each, by the provider's `request_timeout`."
+	return b
 }
 
 func (r *tableResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
@@ -133,20 +161,30 @@ func (r *tableResource) Configure(_ context.Context, req resource.ConfigureReque
 }
 
 // ModifyPlan shows what apply will do to the live table: the statements of
-// an in-place migration or repair, or why there can be none. It runs on
-// every plan, so drift found by Read becomes an update here.
+// a creation, an in-place migration or repair, or why there can be none. It
+// runs on every plan, so drift found by Read becomes an update here; and on
+// destroy plans, so that a destroy that would be refused is refused before
+// anything else in the configuration is destroyed.
+//
+// Errors here stop every plan of the configuration, the one `terraform
+// destroy` runs first included, so findings about the live table that
+// Terraform cannot fix are warnings: the operator must always be able to
+// change the Terraform-only settings, destroy the table, or replace it.
 func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() {
-		return
-	}
-	var plan, config tableModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
 	var state *tableModel
 	if !req.State.Raw.IsNull() {
 		state = &tableModel{}
 		resp.Diagnostics.Append(req.State.Get(ctx, state)...)
 	}
+	if req.Plan.Raw.IsNull() {
+		if state != nil && !resp.Diagnostics.HasError() {
+			r.planDestroy(ctx, *state, &resp.Diagnostics)
+		}
+		return
+	}
+	var plan, config tableModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -197,10 +235,13 @@ func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		}
 		plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
 		plan.PendingDDL = types.ListUnknown(types.StringType)
-		if dbKnown && !plan.Name.IsUnknown() {
-			r.refuseExisting(ctx, db, plan.Name.ValueString(), &resp.Diagnostics)
+		if state != nil {
+			warnReplacement(*state, plan, &resp.Diagnostics)
 		}
-	case !dbKnown || plan.CleanupAfter.IsUnknown() || r.data == nil || r.data.conns == nil:
+		if dbKnown && !plan.Name.IsUnknown() {
+			r.planCreate(ctx, db, plan.Name.ValueString(), plan.CleanupAfter, &resp.Diagnostics)
+		}
+	case !dbKnown || plan.CleanupAfter.IsUnknown() || !r.data.canRead():
 		// The statements depend on values known only at apply, and apply
 		// brings the table to the latest version or fails.
 		plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
@@ -214,11 +255,144 @@ func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
 }
 
+// planDestroy refuses, at plan time, a destroy that Delete would refuse, so
+// that nothing else is destroyed first (semaphores in the table, say), and
+// names the holders of live leases that would make Delete refuse without
+// force_destroy.
+func (r *tableResource) planDestroy(ctx context.Context, state tableModel, diags *diag.Diagnostics) {
+	if protected(state) {
+		diags.AddAttributeError(path.Root("deletion_protection"), "Table is protected by deletion_protection", protectedDetail(state))
+		return
+	}
+	if state.ForceDestroy.ValueBool() || !r.data.canRead() {
+		return
+	}
+	db, table := state.Database.ValueString(), state.Name.ValueString()
+	holders, err := r.liveLeases(ctx, db, table)
+	switch {
+	case err != nil && !databaseGone(err):
+		diags.AddError("Cannot check table for live leases", fmt.Sprintf("Destroying table %s checks it for live leases "+
+			"first, and reading them failed: %v\n\nSet force_destroy = true and apply to drop it without the check.", table, err))
+	case len(holders) > 0:
+		diags.AddAttributeWarning(path.Root("force_destroy"), "Table has live leases",
+			describeHolders(fmt.Sprintf("Table %s has %d live lease(s), so applications are relying on it, and apply will "+
+				"refuse to drop it while any is live:", table, len(holders)), holders))
+	}
+}
+
+// warnReplacement tells the reviewer what a replacement costs applications:
+// the new table is a new token sequence.
+func warnReplacement(state, plan tableModel, diags *diag.Diagnostics) {
+	from, to := state.ID.ValueString(), plan.ID.ValueString()
+	if plan.ID.IsUnknown() {
+		to = "a new table"
+	}
+	diags.AddAttributeWarning(path.Root("name"), fmt.Sprintf("Table %s will be replaced", state.Name.ValueString()),
+		fmt.Sprintf("Changing name or database replaces %s with %s: apply drops the old table, with every lease, "+
+			"semaphore declaration and fencing token in it, and creates the new one empty, where every name's tokens "+
+			"start again (at 1, or at the commit clock with cleanup_after). A system that remembers the largest token it "+
+			"has seen rejects the new holders until they pass it. Point the applications at the new table, and use "+
+			"new names or reset what remembers tokens.", from, to))
+}
+
+// plannedTables are the lock tables a plan creates, by database, so that a
+// table can be checked against the others planned with it, and a semaphore
+// can tell a table that is missing from one this plan creates.
+type plannedTables struct {
+	mu   sync.Mutex
+	byDB map[string][]string
+}
+
+// add records table in db and returns the tables recorded before it.
+func (p *plannedTables) add(db, table string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byDB == nil {
+		p.byDB = map[string][]string{}
+	}
+	before := slices.Clone(p.byDB[db])
+	if !slices.ContainsFunc(before, func(t string) bool { return strings.EqualFold(t, table) }) {
+		p.byDB[db] = append(p.byDB[db], table)
+	}
+	return before
+}
+
+// has reports whether table in db is recorded.
+func (p *plannedTables) has(db, table string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.ContainsFunc(p.byDB[db], func(t string) bool { return strings.EqualFold(t, table) })
+}
+
+// planCreate checks, before apply, what would make the creation of table
+// fail or break other tables: a table by that name, a name that collides
+// with another lock table's companion tables. It shows the statements apply
+// will run, in the database's dialect.
+func (r *tableResource) planCreate(ctx context.Context, db, table string, cleanup types.String, diags *diag.Diagnostics) {
+	if r.data == nil {
+		return
+	}
+	for _, other := range r.data.planned.add(db, table) {
+		if why := locktable.Conflict(table, other); why != "" {
+			diags.AddAttributeError(path.Root("name"), "Table name collides with another lock table", nameCollision(table, why,
+				fmt.Sprintf("This configuration creates both %s and %s in %s.", table, other, db)))
+			return
+		}
+	}
+	if !r.data.canRead() {
+		return
+	}
+	var existing []string
+	var dialect locktable.Dialect
+	err := r.data.call(ctx, db, table, func(ctx context.Context, sc *spanner.Client, d locktable.Dialect) error {
+		var err error
+		dialect = d
+		existing, err = d.ExistingTables(ctx, sc, append([]string{table}, locktable.ConflictingNames(table)...))
+		return err
+	})
+	switch {
+	case databaseGone(err):
+		// The database is created by this same apply, or the apply fails
+		// saying it does not exist; Create checks again either way.
+		return
+	case err != nil:
+		diags.AddError("Cannot read database", err.Error())
+		return
+	}
+	// A table named like another's companion is refused even when it
+	// exists (it is that companion, not a lock table to import); an
+	// existing table's companions are its own.
+	exists := slices.ContainsFunc(existing, func(e string) bool { return strings.EqualFold(e, table) })
+	for _, e := range existing {
+		why := locktable.Conflict(table, e)
+		ours := slices.ContainsFunc(locktable.Companions(table), func(c string) bool { return strings.EqualFold(c, e) })
+		if why != "" && (!exists || !ours) {
+			diags.AddAttributeError(path.Root("name"), "Table name collides with another lock table",
+				nameCollision(table, why, fmt.Sprintf("Table %s exists in %s.", e, db)))
+			return
+		}
+	}
+	if exists {
+		diags.AddAttributeError(path.Root("name"), "Table already exists", alreadyExists(db, table))
+		return
+	}
+	if opts, err := cleanupOptions(cleanup); err == nil && !cleanup.IsUnknown() {
+		diags.AddAttributeWarning(path.Root("pending_ddl"), fmt.Sprintf("Table %s will be created", table),
+			fmt.Sprintf("Apply will run these statements in %s:\n\n  %s", db, strings.Join(dialect.CreateDDL(table, opts), ";\n  ")))
+	}
+}
+
+func nameCollision(table, why, where string) string {
+	return fmt.Sprintf("Table %s cannot be created: %s. %s\n\nA lock table is three Spanner tables, T, %s and %s, so its "+
+		"name must not be another lock table's companion, and its companions' names must be free. Choose another name.",
+		table, why, where, locktable.PermitsTable("T"), locktable.SessionsTable("T"))
+}
+
 // planChanges sets the planned schema_version and pending_ddl of an existing
 // table from its live schema.
 func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableModel, diags *diag.Diagnostics) {
 	table := plan.Name.ValueString()
-	ins, err := r.inspect(ctx, db, table)
+	ins, err := r.data.inspect(ctx, db, table)
 	if err != nil {
 		diags.AddError("Cannot read table", err.Error())
 		return
@@ -230,7 +404,16 @@ func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableM
 	}
 	stmts, err := ins.Plan(opts)
 	if err != nil {
-		diags.AddAttributeError(path.Root("name"), "Table cannot be migrated in place", unmigratable(err))
+		// Only the update that would run a migration fails (in Update);
+		// everything else the operator may need goes ahead.
+		migrate := opts.CleanupAfter != ins.CleanupAfter
+		diags.AddAttributeWarning(path.Root("name"), fmt.Sprintf("Table %s cannot be migrated in place", table), unmigratable(err, migrate))
+		plan.SchemaVersion = types.Int64Value(int64(ins.Version))
+		plan.PendingDDL = ddlList(nil)
+		if migrate {
+			plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
+			plan.PendingDDL = types.ListUnknown(types.StringType)
+		}
 		return
 	}
 	if len(stmts) == 0 {
@@ -269,31 +452,24 @@ func describeChanges(ins locktable.Inspection, opts locktable.Options, stmts []s
 	return b.String()
 }
 
-// refuseExisting stops the creation of a table that already exists: adopting
-// it silently would hide its schema and rows from review. A failed lookup
-// is no reason to stop the plan (the database may be created by this same
-// apply); Create checks again.
-func (r *tableResource) refuseExisting(ctx context.Context, db, table string, diags *diag.Diagnostics) {
-	if r.data == nil || r.data.conns == nil {
-		return
-	}
-	ins, err := r.inspect(ctx, db, table)
-	if err != nil || !ins.Exists {
-		return
-	}
-	diags.AddAttributeError(path.Root("name"), "Table already exists", alreadyExists(db, table))
-}
-
 func alreadyExists(db, table string) string {
 	return fmt.Sprintf("Table %s already exists in %s. spannerlock_table never adopts or replaces an existing table "+
-		"without review; import it instead:\n\n  terraform import <resource address> %s\n\nThe plan after the import shows any "+
-		"migration the table needs.", table, db, tableID(db, table))
+		"without review; import it instead, with an import block or with\n\n  terraform import <resource address> %s\n\n"+
+		"The plan after the import shows any migration the table needs.", table, db, tableID(db, table))
 }
 
-func unmigratable(err error) string {
-	return err.Error() + "\n\nspannerlock changes lock tables only additively and never drops a column or replaces a " +
+// unmigratable explains a table no additive statement can repair. Its
+// wording depends on whether this apply would fail on it: only an update
+// that migrates the schema does.
+func unmigratable(err error, migrate bool) string {
+	msg := err.Error() + "\n\nspannerlock changes lock tables only additively and never drops a column or replaces a " +
 		"table that may hold leases, because each row keeps its name's fencing token. Fix the table by hand as described, " +
 		"or set name to a new table (and move the applications to it)."
+	if migrate {
+		return msg + "\n\nThis configuration changes cleanup_after, which needs a migration, so apply will fail until the table is fixed."
+	}
+	return msg + "\n\nUntil then, Terraform still changes deletion_protection, force_destroy and timeouts, destroys the " +
+		"table, and replaces it."
 }
 
 func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -316,7 +492,7 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 		resp.Diagnostics.AddAttributeError(path.Root("cleanup_after"), "Invalid cleanup period", err.Error())
 		return
 	}
-	ins, err := r.inspect(ctx, db, table)
+	ins, err := r.data.inspect(ctx, db, table)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot read table", err.Error())
 		return
@@ -330,7 +506,7 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 		resp.Diagnostics.AddAttributeError(path.Root("name"), "Cannot create table", err.Error())
 		return
 	}
-	if err := r.apply(ctx, db, stmts); err != nil {
+	if err := r.apply(ctx, db, ins, "create", stmts); err != nil {
 		resp.Diagnostics.AddError("Cannot create table", ddlFailure(ctx, err, "create",
 			fmt.Sprintf("If the table was created before the failure, import it (terraform import <resource address> %s) "+
 				"and apply again to finish.", tableID(db, table))))
@@ -345,7 +521,7 @@ func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	ins, err := r.inspect(ctx, state.Database.ValueString(), state.Name.ValueString())
+	ins, err := r.data.inspect(ctx, state.Database.ValueString(), state.Name.ValueString())
 	if err != nil && !databaseGone(err) {
 		resp.Diagnostics.AddError("Cannot read table", err.Error())
 		return
@@ -356,7 +532,7 @@ func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	state.refresh(ins, &resp.Diagnostics)
+	state.refresh(ins)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
@@ -382,17 +558,23 @@ func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, 
 	}
 	// The plan's statements are recomputed rather than replayed: the table
 	// may have changed since the plan, and the statements must fit it now.
-	ins, err := r.inspect(ctx, db, table)
+	ins, err := r.data.inspect(ctx, db, table)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot read table", err.Error())
 		return
 	}
 	stmts, err := ins.Plan(opts)
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("name"), "Table cannot be migrated in place", unmigratable(err))
+	switch {
+	case err != nil && plan.PendingDDL.IsUnknown():
+		// The plan promised a migration, which cannot run.
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Table cannot be migrated in place", unmigratable(err, true))
 		return
+	case err != nil:
+		// The plan promised no DDL (ModifyPlan warned why): this update
+		// changes only what lives in Terraform.
+		stmts = nil
 	}
-	if err := r.apply(ctx, db, stmts); err != nil {
+	if err := r.apply(ctx, db, ins, "migrate", stmts); err != nil {
 		resp.Diagnostics.AddError("Cannot update table", ddlFailure(ctx, err, "update",
 			"Statements before the failing one stay applied; the next plan shows what is still pending."))
 		return
@@ -409,10 +591,7 @@ func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	// Checked before anything else so that the refusal is the answer
 	// whatever else is wrong (an unreachable database, live leases).
 	if protected(state) {
-		resp.Diagnostics.AddAttributeError(path.Root("deletion_protection"), "Table is protected by deletion_protection",
-			fmt.Sprintf("Table %s was not dropped because deletion_protection is true. Dropping it deletes every lease "+
-				"and fencing token in it. To drop it, set deletion_protection = false, run terraform apply, then destroy.",
-				state.ID.ValueString()))
+		resp.Diagnostics.AddAttributeError(path.Root("deletion_protection"), "Table is protected by deletion_protection", protectedDetail(state))
 		return
 	}
 	timeout, diags := state.Timeouts.Delete(ctx, defaultTimeout)
@@ -424,7 +603,7 @@ func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	defer cancel()
 
 	db, table := state.Database.ValueString(), state.Name.ValueString()
-	ins, err := r.inspect(ctx, db, table)
+	ins, err := r.data.inspect(ctx, db, table)
 	if err != nil && !databaseGone(err) {
 		resp.Diagnostics.AddError("Cannot read table", err.Error())
 		return
@@ -433,44 +612,50 @@ func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		return
 	}
 	if !state.ForceDestroy.ValueBool() {
-		if msg := r.liveLeases(ctx, db, table); msg != "" {
-			resp.Diagnostics.AddAttributeError(path.Root("force_destroy"), "Table has live leases", msg)
+		holders, err := r.liveLeases(ctx, db, table)
+		switch {
+		case err != nil:
+			resp.Diagnostics.AddAttributeError(path.Root("force_destroy"), "Cannot check table for live leases",
+				fmt.Sprintf("Table %s was not dropped: checking it for live leases failed: %v\n\n"+
+					"Set force_destroy = true and apply to drop it without the check.", table, err))
+			return
+		case len(holders) > 0:
+			resp.Diagnostics.AddAttributeError(path.Root("force_destroy"), "Table has live leases",
+				describeHolders(fmt.Sprintf("Table %s was not dropped: %d lease(s) in it are live, so applications are relying on it:",
+					table, len(holders)), holders))
 			return
 		}
 	}
 	// Only what exists, as Spanner spells it: a table from an older version
 	// lacks the later companion tables.
-	if err := r.apply(ctx, db, ins.DropPlan()); err != nil {
+	if err := r.apply(ctx, db, ins, "drop", ins.DropPlan()); err != nil {
 		resp.Diagnostics.AddError("Cannot drop table", ddlFailure(ctx, err, "delete", ""))
 	}
 }
 
-// liveLeases describes the leases that block a destroy, "" when none does.
-// It reads through the lease package, so "live" means what it means to
-// every application using the table.
-func (r *tableResource) liveLeases(ctx context.Context, db, table string) string {
-	sc, err := r.data.spanner(ctx, db)
-	if err == nil {
-		var lc *lease.Client
-		if lc, err = lease.NewClient(sc, table); err == nil {
-			// This Client holds nothing, so Close does no I/O and cannot fail.
-			defer func() { _ = lc.Close() }()
-			var holders []lease.Holder
-			if holders, err = lc.Holders(ctx); err == nil {
-				return describeHolders(table, holders)
-			}
-		}
-	}
-	return fmt.Sprintf("Table %s was not dropped: checking it for live leases failed: %v\n\n"+
-		"Set force_destroy = true and apply to drop it without the check.", table, err)
+// protectedDetail explains the refusal to drop a protected table.
+func protectedDetail(state tableModel) string {
+	return fmt.Sprintf("Table %s is not dropped while deletion_protection is true: dropping it deletes every lease, "+
+		"semaphore declaration and fencing token in it. Nothing was destroyed. To drop it, set deletion_protection = false, "+
+		"run terraform apply, then destroy.", state.ID.ValueString())
 }
 
-func describeHolders(table string, holders []lease.Holder) string {
-	if len(holders) == 0 {
-		return ""
-	}
+// liveLeases returns the live leases in the table, read through the lease
+// package, so "live" means what it means to every application using it.
+func (r *tableResource) liveLeases(ctx context.Context, db, table string) ([]lease.Holder, error) {
+	var holders []lease.Holder
+	err := r.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		var err error
+		holders, err = lc.Holders(ctx)
+		return err
+	})
+	return holders, err
+}
+
+// describeHolders lists up to five holders after lead, and what to do.
+func describeHolders(lead string, holders []lease.Holder) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Table %s was not dropped: %d lease(s) in it are live, so applications are relying on it:\n", table, len(holders))
+	b.WriteString(lead + "\n")
 	for i, h := range holders {
 		if i == maxListedHolders {
 			fmt.Fprintf(&b, "  ... and %d more\n", len(holders)-maxListedHolders)
@@ -510,18 +695,18 @@ func (r *tableResource) ImportState(ctx context.Context, req resource.ImportStat
 // save records the table as it is after a change: the planned settings and
 // what Spanner reports.
 func (r *tableResource) save(ctx context.Context, m *tableModel, state *tfsdk.State, diags *diag.Diagnostics) {
-	ins, err := r.inspect(ctx, m.Database.ValueString(), m.Name.ValueString())
+	ins, err := r.data.inspect(ctx, m.Database.ValueString(), m.Name.ValueString())
 	if err != nil {
 		diags.AddError("Cannot read table after the change", err.Error())
 		return
 	}
 	m.ID = types.StringValue(tableID(m.Database.ValueString(), m.Name.ValueString()))
-	m.refresh(ins, diags)
+	m.refresh(ins)
 	diags.Append(state.Set(ctx, m)...)
 }
 
 // refresh updates the attributes that live in Spanner from an inspection.
-func (m *tableModel) refresh(ins locktable.Inspection, diags *diag.Diagnostics) {
+func (m *tableModel) refresh(ins locktable.Inspection) {
 	want, err := cleanupOptions(m.CleanupAfter)
 	if err != nil {
 		want = locktable.Options{}
@@ -529,8 +714,8 @@ func (m *tableModel) refresh(ins locktable.Inspection, diags *diag.Diagnostics) 
 	stmts, err := ins.Plan(want)
 	if err != nil {
 		// Read must succeed so that Terraform can still destroy or import;
-		// the plan turns this into an error.
-		diags.AddWarning(fmt.Sprintf("Table %s cannot be migrated in place", ins.Table), unmigratable(err))
+		// every plan warns about it (ModifyPlan), and an update that would
+		// migrate fails.
 		stmts = nil
 	}
 	m.PendingDDL = ddlList(stmts)
@@ -544,12 +729,6 @@ func (m *tableModel) refresh(ins locktable.Inspection, diags *diag.Diagnostics) 
 	default:
 		m.CleanupAfter = types.StringValue(locktable.FormatCleanupAfter(ins.CleanupAfter))
 	}
-}
-
-// databaseGone reports an error saying the database (or its instance) does
-// not exist, which means the table does not either.
-func databaseGone(err error) bool {
-	return spanner.ErrCode(err) == codes.NotFound
 }
 
 func protected(m tableModel) bool {
@@ -572,28 +751,60 @@ func ddlList(stmts []string) types.List {
 	return types.ListValueMust(types.StringType, elems)
 }
 
-func (r *tableResource) inspect(ctx context.Context, db, table string) (locktable.Inspection, error) {
-	sc, err := r.data.spanner(ctx, db)
-	if err != nil {
-		return locktable.Inspection{}, err
+// apply runs one schema change on table (ins is what it is now), logging
+// each statement; action says what the change is for.
+func (r *tableResource) apply(ctx context.Context, db string, ins locktable.Inspection, action string, stmts []string) error {
+	if len(stmts) == 0 {
+		return nil
 	}
-	ins, err := locktable.Inspect(ctx, sc, table)
-	if err != nil {
-		return locktable.Inspection{}, fmt.Errorf("%s: %w", db, err)
-	}
-	return ins, nil
-}
-
-func (r *tableResource) apply(ctx context.Context, db string, stmts []string) error {
 	conns, err := r.data.connections()
 	if err != nil {
 		return err
 	}
+	ctx = withLogging(ctx, db, ins.Table)
 	admin, err := conns.Admin(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("database %s: %w", db, err)
 	}
-	return locktable.Apply(ctx, admin, db, stmts)
+	lock := conns.schemaChange(db)
+	lock.Lock()
+	defer lock.Unlock()
+	tflog.SubsystemInfo(ctx, logSchema, "Changing table schema", map[string]any{
+		"action": action, "live_schema_version": ins.Version, "latest_schema_version": locktable.Latest, "statements": len(stmts),
+	})
+	for i, stmt := range stmts {
+		tflog.SubsystemDebug(ctx, logSchema, "DDL statement", map[string]any{"statement": stmt, "position": i + 1})
+	}
+	backoff := gax.Backoff{Initial: 250 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
+	for {
+		err := locktable.Apply(ctx, admin, db, stmts)
+		if err == nil {
+			break
+		}
+		if !concurrentSchemaChange(err) || ctx.Err() != nil {
+			tflog.SubsystemError(ctx, logSchema, "Schema change failed", map[string]any{"error": err.Error()})
+			return fmt.Errorf("on %s: %w", conns.target, err)
+		}
+		// Nothing of it ran: Spanner refused the whole change up front.
+		pause := backoff.Pause()
+		tflog.SubsystemDebug(ctx, logSchema, "Schema change refused while another runs; retrying", map[string]any{
+			"error": err.Error(), "retry_in": pause.String(),
+		})
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("on %s: %w", conns.target, err)
+		case <-time.After(pause):
+		}
+	}
+	tflog.SubsystemDebug(ctx, logSchema, "Schema change done")
+	return nil
+}
+
+// concurrentSchemaChange reports Spanner's refusal of a schema change
+// because another schema change (or, on the emulator, a read-write
+// transaction) is running: nothing of it was applied, and it can be retried.
+func concurrentSchemaChange(err error) bool {
+	return spanner.ErrCode(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "concurrent schema change")
 }
 
 // ddlFailure explains a failed schema change; a timeout gets its own advice

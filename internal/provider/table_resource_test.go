@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -40,16 +41,36 @@ var (
 	emptyList   = knownvalue.ListExact([]knownvalue.Check{})
 	latest      = knownvalue.Int64Exact(int64(locktable.Latest))
 	unprotected = "  deletion_protection = false\n"
+	// disposable is for tests that put rows in the table and are not about
+	// what guards them: the table is dropped even if a lease is live.
+	disposable = unprotected + "  force_destroy = true\n"
 )
+
+// widenHolderID changes holder_id behind Terraform's back in a way no
+// additive statement undoes.
+func widenHolderID(d locktable.Dialect, table string) string {
+	return byDialect(d, "ALTER TABLE "+table+" ALTER COLUMN holder_id STRING(MAX)",
+		"ALTER TABLE "+table+" ALTER COLUMN holder_id TYPE character varying")
+}
+
+// widenedHolderID is how a plan describes widenHolderID's change.
+func widenedHolderID(d locktable.Dialect) string {
+	return byDialect(d, "holder_id is STRING(MAX), expected STRING(1024)",
+		"holder_id is character varying, expected character varying(1024)")
+}
 
 func destroyed(t *testing.T, sc *spanner.Client) resource.TestCheckFunc {
 	return checkTable(t, sc, gone)
 }
 
 func TestAccTable_lifecycle(t *testing.T) {
-	db, prov := accDatabase(t)
+	eachDialect(t, locktable.Dialects, testAccTableLifecycle)
+}
+
+func testAccTableLifecycle(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
 	sc := emulator.Client(t, db)
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             destroyed(t, sc),
@@ -70,6 +91,9 @@ func TestAccTable_lifecycle(t *testing.T) {
 					if err := current(ins); err != nil {
 						return err
 					}
+					if ins.Dialect != d {
+						return fmt.Errorf("table created in a %s database inspects as %s", d, ins.Dialect)
+					}
 					if ins.CleanupAfter != 0 || ins.ClockSeeded {
 						return fmt.Errorf("table without cleanup_after has cleanup %s, clock-seeded tokens %t", ins.CleanupAfter, ins.ClockSeeded)
 					}
@@ -86,6 +110,11 @@ func TestAccTable_lifecycle(t *testing.T) {
 				ImportState:       true,
 				ImportStateId:     "locks",
 				ImportStateVerify: true,
+			},
+			{
+				ResourceName:    tableAddress,
+				ImportState:     true,
+				ImportStateKind: resource.ImportBlockWithID,
 			},
 			{
 				Config: tableConfig(prov, unprotected+`  cleanup_after = "30d"`+"\n"),
@@ -167,33 +196,39 @@ func cleanupIs(want time.Duration) func(locktable.Inspection) error {
 }
 
 func TestAccTable_cleanupOnCreate(t *testing.T) {
-	db, prov := accDatabase(t)
-	sc := emulator.Client(t, db)
-	resource.ParallelTest(t, resource.TestCase{
-		PreCheck:                 func() { testAccPreCheck(t) },
-		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
-		CheckDestroy:             destroyed(t, sc),
-		Steps: []resource.TestStep{{
-			// The post-apply plan must be empty: "720h" and the live 30-day
-			// policy are the same period.
-			Config: tableConfig(prov, unprotected+`  cleanup_after = "720h"
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		db, prov := accDatabaseIn(t, d)
+		sc := emulator.Client(t, db)
+		resource.Test(t, resource.TestCase{
+			PreCheck:                 func() { testAccPreCheck(t) },
+			ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+			CheckDestroy:             destroyed(t, sc),
+			Steps: []resource.TestStep{{
+				// The post-apply plan must be empty: "720h" and the live 30-day
+				// policy are the same period.
+				Config: tableConfig(prov, unprotected+`  cleanup_after = "720h"
   timeouts {
     create = "2m"
   }
 `),
-			ConfigStateChecks: []statecheck.StateCheck{
-				expectState("cleanup_after", knownvalue.StringExact("720h")),
-				expectState("schema_version", latest),
-			},
-			Check: checkTable(t, sc, cleanupIs(30*day)),
-		}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					expectState("cleanup_after", knownvalue.StringExact("720h")),
+					expectState("schema_version", latest),
+				},
+				Check: checkTable(t, sc, cleanupIs(30*day)),
+			}},
+		})
 	})
 }
 
 func TestAccTable_importExisting(t *testing.T) {
-	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	eachDialect(t, locktable.Dialects, testAccTableImportExisting)
+}
+
+func testAccTableImportExisting(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
 	sc := emulator.Client(t, db)
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             destroyed(t, sc),
@@ -250,8 +285,34 @@ func TestAccTable_importExisting(t *testing.T) {
 	})
 }
 
+// An import block with -generate-config-out: the generated block plans no
+// change.
+func TestAccTable_importBlockGeneratesConfig(t *testing.T) {
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+		sc := emulator.Client(t, db)
+		resource.Test(t, resource.TestCase{
+			PreCheck:                 func() { testAccPreCheck(t) },
+			ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+			CheckDestroy:             func(*terraform.State) error { return checkTable(t, sc, current)(nil) },
+			Steps: []resource.TestStep{{
+				Config:          prov,
+				ResourceName:    tableAddress,
+				ImportState:     true,
+				ImportStateKind: resource.ImportBlockWithID,
+				ImportStateId:   db + "/tables/locks",
+				GenerateConfig:  true,
+			}},
+		})
+	})
+}
+
 func TestAccTable_migrationKeepsRows(t *testing.T) {
-	db, prov := accDatabase(t, locktable.DDLAt("locks", 1)...)
+	eachDialect(t, locktable.Dialects, testAccTableMigrationKeepsRows)
+}
+
+func testAccTableMigrationKeepsRows(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDLAt("locks", 1)...)
 	sc := emulator.Client(t, db)
 	_, err := sc.Apply(emulator.Context(t), []*spanner.Mutation{
 		spanner.Insert("locks", []string{"name", "token", "holder_id"}, []any{"a", 7, "x"}),
@@ -260,13 +321,13 @@ func TestAccTable_migrationKeepsRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             destroyed(t, sc),
 		Steps: []resource.TestStep{
 			{
-				Config:             tableConfig(prov, unprotected),
+				Config:             tableConfig(prov, disposable),
 				ResourceName:       tableAddress,
 				ImportState:        true,
 				ImportStateId:      "locks",
@@ -281,12 +342,12 @@ func TestAccTable_migrationKeepsRows(t *testing.T) {
 				},
 			},
 			{
-				Config: tableConfig(prov, unprotected),
+				Config: tableConfig(prov, disposable),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
 						plancheck.ExpectResourceAction(tableAddress, plancheck.ResourceActionUpdate),
 						plancheck.ExpectKnownValue(tableAddress, tfjsonpath.New("schema_version"), latest),
-						expectPendingDDL{address: tableAddress, contains: "ALTER COLUMN `token` SET DEFAULT (1)"},
+						expectPendingDDL{address: tableAddress, contains: "ALTER COLUMN " + d.Quote("token") + " SET DEFAULT (1)"},
 					},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{
@@ -323,7 +384,11 @@ func checkTokens(t *testing.T, sc *spanner.Client, want map[string]int64) resour
 }
 
 func TestAccTable_drift(t *testing.T) {
-	db, prov := accDatabase(t)
+	eachDialect(t, locktable.Dialects, testAccTableDrift)
+}
+
+func testAccTableDrift(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
 	sc := emulator.Client(t, db)
 	e := emulator.Shared(t)
 	behindTheBack := func(stmts ...string) func() {
@@ -333,15 +398,15 @@ func TestAccTable_drift(t *testing.T) {
 			}
 		}
 	}
-	config := tableConfig(prov, unprotected)
-	resource.ParallelTest(t, resource.TestCase{
+	config := tableConfig(prov, disposable)
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             destroyed(t, sc),
 		Steps: []resource.TestStep{
 			{Config: config},
 			{
-				PreConfig: behindTheBack(locktable.DropDDL("locks")...),
+				PreConfig: behindTheBack(d.DropDDL("locks")...),
 				Config:    config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
@@ -359,20 +424,26 @@ func TestAccTable_drift(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					// The runtime writes commit timestamps into renewed_at;
-					// without the option every acquisition fails.
-					behindTheBack(
+					behindTheBack(byDialect(d, []string{
+						// The runtime writes commit timestamps into renewed_at;
+						// without the option every acquisition fails.
 						"ALTER TABLE locks ALTER COLUMN renewed_at SET OPTIONS (allow_commit_timestamp = null)",
 						"ALTER TABLE locks DROP COLUMN payload",
-					)()
+					}, []string{
+						// The emulator cannot take commit timestamps away from a
+						// PostgreSQL column (internal/locktable tests that repair).
+						"ALTER TABLE locks ALTER COLUMN holder_id SET DEFAULT ('nobody')",
+						"ALTER TABLE locks DROP COLUMN payload",
+					})...)()
 				},
 				Config: config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
 						plancheck.ExpectNonEmptyPlan(),
 						plancheck.ExpectResourceAction(tableAddress, plancheck.ResourceActionUpdate),
-						expectPendingDDL{address: tableAddress, contains: "SET OPTIONS (allow_commit_timestamp = true)"},
-						expectPendingDDL{address: tableAddress, contains: "ADD COLUMN `payload`"},
+						expectPendingDDL{address: tableAddress, contains: byDialect(d,
+							"SET OPTIONS (allow_commit_timestamp = true)", `ALTER COLUMN "holder_id" DROP DEFAULT`)},
+						expectPendingDDL{address: tableAddress, contains: "ADD COLUMN " + d.Quote("payload")},
 					},
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
@@ -391,17 +462,35 @@ func TestAccTable_drift(t *testing.T) {
 			},
 			{
 				// No additive statement turns STRING(MAX) back into
-				// STRING(1024) without risking data: an error, not a replace.
-				PreConfig:   behindTheBack("ALTER TABLE locks ALTER COLUMN holder_id STRING(MAX)"),
-				Config:      config,
-				ExpectError: diagnostic("Table cannot be migrated in place", "holder_id is STRING(MAX), expected STRING(1024)"),
+				// STRING(1024) without risking data: the plan warns (see
+				// TestAccTable_unmigratableDriftIsRecoverable) and plans no DDL.
+				PreConfig: behindTheBack(widenHolderID(d, "locks")),
+				Config:    config,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					expectState("schema_version", knownvalue.Int64Exact(0)),
+					expectState("pending_ddl", emptyList),
+				},
+			},
+			{
+				// Only the update that would migrate fails: an error, not a
+				// replace.
+				Config:      tableConfig(prov, disposable+`  cleanup_after = "30d"`+"\n"),
+				ExpectError: diagnostic("Table cannot be migrated in place", widenedHolderID(d), "apply will fail"),
 			},
 		},
 	})
 }
 
+// Holding a lease takes the lease package: PostgreSQL joins with it.
 func TestAccTable_destroyGuards(t *testing.T) {
-	db, prov := accDatabase(t)
+	eachDialect(t, locktable.Dialects, testAccTableDestroyGuards)
+}
+
+func testAccTableDestroyGuards(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
 	sc := emulator.Client(t, db)
 	leaseLive := checkTable(t, sc, func(ins locktable.Inspection) error {
 		if !ins.Exists {
@@ -409,7 +498,7 @@ func TestAccTable_destroyGuards(t *testing.T) {
 		}
 		return nil
 	})
-	resource.ParallelTest(t, resource.TestCase{
+	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             destroyed(t, sc),
@@ -428,7 +517,7 @@ resource "spannerlock_table" "locks" {
 			{
 				// A live lease is also in the way; the error is about
 				// deletion_protection all the same.
-				PreConfig:   func() { holdLease(t, sc, "locks", "jobs", "worker-1") },
+				PreConfig:   func() { holdLease(t, sc, "jobs", "worker-1") },
 				Config:      tableConfig(prov, ""),
 				Destroy:     true,
 				ExpectError: diagnostic("Table is protected by deletion_protection", "set deletion_protection = false"),
@@ -464,7 +553,7 @@ func TestAccTable_planTimeErrors(t *testing.T) {
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "2locks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", `name: table name "2locks" must start with a letter`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter`),
 			},
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "my-locks" }`,
@@ -485,7 +574,7 @@ func TestAccTable_planTimeErrors(t *testing.T) {
   cleanup_after = "-24h"
 }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid cleanup period", `cleanup_after: cleanup period "-24h" must be a positive`),
+				ExpectError: diagnostic("Invalid cleanup period", "\n"+`Cleanup period "-24h" must be a positive`),
 			},
 			{
 				Config: prov + `resource "spannerlock_table" "t" {
@@ -496,9 +585,19 @@ func TestAccTable_planTimeErrors(t *testing.T) {
 				ExpectError: diagnostic("Invalid cleanup period", "whole number of days"),
 			},
 			{
+				// A database created by the same apply does not exist at
+				// plan time: no error.
+				Config: prov + fmt.Sprintf(`resource "spannerlock_table" "t" {
+  name     = "locks"
+  database = "%s/databases/created-later"
+}`, emulator.Shared(t).Instance()),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+			},
+			{
 				Config:      noDatabase + `resource "spannerlock_table" "t" { name = "locks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("No database", "set database here, or in the provider block"),
+				ExpectError: diagnostic("No database", "set database here, in the provider block"),
 			},
 			{
 				Config: prov + fmt.Sprintf(`data "spannerlock_leader" "l" {
@@ -507,7 +606,7 @@ func TestAccTable_planTimeErrors(t *testing.T) {
   name     = ""
 }`, db),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid lease name", "lease name is empty"),
+				ExpectError: diagnostic("Invalid lease name", "\nLease name is empty."),
 			},
 		},
 	})
@@ -542,14 +641,11 @@ func TestParseTableImportID(t *testing.T) {
 }
 
 func TestDescribeHoldersListsAtMostFive(t *testing.T) {
-	if got := describeHolders("locks", nil); got != "" {
-		t.Fatalf("no holders: %q, want no refusal", got)
-	}
 	var holders []lease.Holder
 	for i := range 7 {
 		holders = append(holders, lease.Holder{Name: fmt.Sprintf("n%d", i), HolderID: "h", Token: int64(i + 1)})
 	}
-	got := describeHolders("locks", holders)
+	got := describeHolders("7 lease(s) are live:", holders)
 	for _, want := range []string{"7 lease(s)", `"n4" held by "h" with token 5`, "and 2 more", "force_destroy = true"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("refusal %q does not mention %q", got, want)
@@ -558,4 +654,188 @@ func TestDescribeHoldersListsAtMostFive(t *testing.T) {
 	if strings.Contains(got, `"n5"`) {
 		t.Errorf("refusal lists more than five holders: %q", got)
 	}
+}
+
+// cliTables configures tables with attrs, each as spannerlock_table.<name>,
+// or spannerlock_table.<address> for a name written address=name.
+func cliTables(providerBlock, attrs string, names ...string) string {
+	config := providerBlock
+	for _, n := range names {
+		address, name, renamed := strings.Cut(n, "=")
+		if !renamed {
+			name = address
+		}
+		config += fmt.Sprintf("\nresource \"spannerlock_table\" %q {\n  name = %q\n%s}\n", address, name, attrs)
+	}
+	return config
+}
+
+func tableExists(t *testing.T, sc *spanner.Client, table string) bool {
+	t.Helper()
+	ins, err := inspect(t, sc, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ins.Exists
+}
+
+// A table drifted in a way no additive statement repairs must never trap
+// the operator: every plan warns, and Terraform can still change the
+// settings that live in it, replace the table, and destroy it, with the
+// refresh that terraform destroy runs first.
+func TestAccTable_unmigratableDriftIsRecoverable(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTableUnmigratableDriftIsRecoverable)
+}
+
+func testAccTableUnmigratableDriftIsRecoverable(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+
+	tf.write(cliTables(prov, "", "locks", "jobs"))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	for _, table := range []string{"locks", "jobs"} {
+		if err := emulator.Shared(t).UpdateDDL(ctx, db, widenHolderID(d, table)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	plan := tf.run(ctx, "plan", "-json").ok(t)
+	plan.has(t, "warning", "Table locks cannot be migrated in place", widenedHolderID(d),
+		"Terraform still changes deletion_protection")
+	plan.lacks(t, "Table cannot be migrated in place")
+
+	// The update that would migrate is the one that fails.
+	tf.write(cliTables(prov, `  cleanup_after = "30d"`+"\n", "locks", "jobs"))
+	tf.run(ctx, "apply", "-auto-approve", "-json").failed(t).has(t, "error", "Table cannot be migrated in place", widenedHolderID(d))
+
+	tf.write(cliTables(prov, unprotected, "locks", "jobs"))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+
+	// The replacement the warning recommends.
+	tf.write(cliTables(prov, unprotected, "locks", "jobs=jobs_v2"))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	if tableExists(t, sc, "jobs") || !tableExists(t, sc, "jobs_v2") {
+		t.Fatal("replacing the drifted table jobs with jobs_v2 did not drop jobs and create jobs_v2")
+	}
+
+	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
+	for _, table := range []string{"locks", "jobs_v2"} {
+		if tableExists(t, sc, table) {
+			t.Errorf("table %s exists after terraform destroy", table)
+		}
+	}
+}
+
+// terraform destroy refuses a protected table before it destroys anything
+// else, such as the semaphores declared in it; a table with live leases is
+// named in a warning when the destroy is planned.
+func TestAccTable_destroyRefusedBeforeAnythingIsDestroyed(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTableDestroyRefusedBeforeAnythingIsDestroyed)
+}
+
+func testAccTableDestroyRefusedBeforeAnythingIsDestroyed(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	semaphore := `
+resource "spannerlock_semaphore" "jobs" {
+  table   = spannerlock_table.locks.name
+  name    = "jobs"
+  permits = 2
+}
+`
+	stillDeclared := func() {
+		t.Helper()
+		s, err := appClient(t, sc, "checker").Semaphore(ctx, "jobs")
+		if err != nil || s.Permits != 2 {
+			t.Fatalf("semaphore jobs after the refused destroy: %+v, %v; want it declared with 2 permits", s, err)
+		}
+	}
+
+	tf.write(tableConfig(prov, "") + semaphore)
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+
+	refused := tf.run(ctx, "destroy", "-auto-approve", "-json").failed(t)
+	stillDeclared()
+	refused.has(t, "error", "Table is protected by deletion_protection", "Nothing was destroyed")
+
+	// Removing the table from the configuration plans its destruction too.
+	tf.write(prov)
+	tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Table is protected by deletion_protection")
+
+	tf.write(tableConfig(prov, unprotected) + semaphore)
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	holdLease(t, sc, "deploy", "deployer")
+	tf.run(ctx, "plan", "-destroy", "-json").ok(t).has(t, "warning", "Table has live leases",
+		"Table locks has 1 live lease(s)", `"deploy" held by "deployer" with token 1`, "force_destroy = true")
+	stillDeclared()
+
+	tf.write(tableConfig(prov, unprotected+"  force_destroy = true\n") + semaphore)
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
+	if tableExists(t, sc, "locks") {
+		t.Fatal("table locks exists after terraform destroy with force_destroy")
+	}
+}
+
+// The plan shows what apply will run on a new table, and what replacing a
+// table costs the applications using it.
+func TestAccTable_planExplainsCreationAndReplacement(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTablePlanExplainsCreationAndReplacement)
+}
+
+func testAccTablePlanExplainsCreationAndReplacement(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+
+	tf.write(tableConfig(prov, unprotected))
+	created := tf.run(ctx, "plan", "-json").ok(t)
+	ddl := d.DDL("locks")
+	created.has(t, "warning", "Table locks will be created", append([]string{"Apply will run these statements in " + db}, ddl...)...)
+	tf.run(ctx, "apply", "-auto-approve").ok(t)
+
+	tf.write(strings.Replace(tableConfig(prov, unprotected), `name = "locks"`, `name = "locks_v2"`, 1))
+	tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "Table locks will be replaced",
+		db+"/tables/locks with "+db+"/tables/locks_v2", "every name's tokens start again")
+	tf.run(ctx, "destroy", "-auto-approve").ok(t)
+}
+
+func TestAccTable_nameCollisions(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTableNameCollisions)
+}
+
+func testAccTableNameCollisions(t *testing.T, d locktable.Dialect) {
+	// locks at version 2 has no companion tables yet; its migration creates
+	// locks_sessions, so no lock table may take that name.
+	_, prov := accDatabaseIn(t, d, append(d.DDLAt("locks", 2), byDialect(d,
+		"CREATE TABLE audit_permits (id INT64) PRIMARY KEY (id)",
+		"CREATE TABLE audit_permits (id bigint, PRIMARY KEY (id))"))...)
+	collides := func(parts ...string) *regexp.Regexp {
+		return diagnostic(append([]string{"Table name collides with another lock table"}, parts...)...)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config:      cliTables(prov, "", "locks_sessions"),
+				PlanOnly:    true,
+				ExpectError: collides("locks_sessions is the name of a companion table of lock table locks", "Table locks exists"),
+			},
+			{
+				Config:      cliTables(prov, "", "audit"),
+				PlanOnly:    true,
+				ExpectError: collides("lock table audit needs the name audit_permits", "Table audit_permits exists"),
+			},
+			{
+				Config:      cliTables(prov, "", "jobs", "Jobs_Permits"),
+				PlanOnly:    true,
+				ExpectError: collides("This configuration creates both"),
+			},
+		},
+	})
 }

@@ -3,7 +3,13 @@ package provider
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
@@ -35,8 +41,10 @@ func (v funcValidator) ValidateString(_ context.Context, req validator.StringReq
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
+	// Terraform shows the attribute and its value with the diagnostic, so
+	// the detail is the reason alone.
 	if err := v.check(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, v.summary, fmt.Sprintf("%s: %v", req.Path, err))
+		resp.Diagnostics.AddAttributeError(req.Path, v.summary, capitalize(err.Error())+".")
 	}
 }
 
@@ -75,4 +83,72 @@ func semaphoreName() validator.String {
 		summary:     "Invalid semaphore name",
 		check:       lease.ValidateName,
 	}
+}
+
+// capitalize makes an error message read as a sentence in a diagnostic.
+func capitalize(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + s[n:]
+}
+
+// durationBetween accepts a duration from minimum to maximum; a zero
+// maximum means no limit.
+func durationBetween(minimum, maximum time.Duration) validator.String {
+	desc := fmt.Sprintf("a duration of at least %s", minimum)
+	if maximum > 0 {
+		desc = fmt.Sprintf("a duration from %s to %s", minimum, maximum)
+	}
+	return funcValidator{
+		description: desc,
+		summary:     "Invalid duration",
+		check: func(s string) error {
+			d, err := time.ParseDuration(s)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%q is not a duration like \"30s\" or \"10m\"", s)
+			case maximum > 0 && (d < minimum || d > maximum):
+				return fmt.Errorf("duration %q must be from %s to %s", s, minimum, maximum)
+			case d < minimum:
+				return fmt.Errorf("duration %q must be at least %s", s, minimum)
+			}
+			return nil
+		},
+	}
+}
+
+func customEndpoint() validator.String {
+	return funcValidator{
+		description: "a Spanner endpoint, host:port or https://host/",
+		summary:     "Invalid Spanner endpoint",
+		check: func(s string) error {
+			_, err := parseCustomEndpoint(s)
+			return err
+		},
+	}
+}
+
+// parseCustomEndpoint reads host:port, or a URL as the google provider's
+// spanner_custom_endpoint has it (https://host[:port]/path/, whose path the
+// gRPC clients do not use), and returns host:port.
+func parseCustomEndpoint(s string) (string, error) {
+	if !strings.Contains(s, "://") {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return "", fmt.Errorf("endpoint %q must be host:port or an https:// URL: %v", s, err)
+		}
+		return s, nil
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("endpoint %q is not a URL: %v", s, err)
+	case u.Scheme == "http":
+		return "", fmt.Errorf("endpoint %q is plain HTTP; the provider connects to Spanner with TLS only. For a Spanner emulator, set emulator_host instead", s)
+	case u.Scheme != "https" || u.Hostname() == "":
+		return "", fmt.Errorf("endpoint %q must be host:port or an https:// URL", s)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
 }

@@ -1,0 +1,234 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+// leaseConfig is an ephemeral lease deploy in table locks with attrs, whose
+// token a local-exec command receives in $TOKEN and runs command with.
+func leaseConfig(providerBlock, attrs, command string) string {
+	return providerBlock + fmt.Sprintf(`
+ephemeral "spannerlock_lease" "deploy" {
+  table = "locks"
+  name  = "deploy"
+%s}
+
+resource "terraform_data" "deploy" {
+  provisioner "local-exec" {
+    command = %q
+    environment = {
+      TOKEN = ephemeral.spannerlock_lease.deploy.token
+    }
+  }
+}
+`, attrs, command)
+}
+
+// blockingCommand writes $TOKEN to dir/token, then waits for dir/done, so a
+// test can look at the lease while Terraform runs the command.
+func blockingCommand(dir string) string {
+	return fmt.Sprintf(`echo "$TOKEN" > %[1]s/token.tmp && mv %[1]s/token.tmp %[1]s/token && while [ ! -e %[1]s/done ]; do sleep 0.05; done`, dir)
+}
+
+// runningApply is a terraform apply whose local-exec command blocks (see
+// blockingCommand) until finish.
+type runningApply struct {
+	t      *testing.T
+	dir    string
+	result chan result
+}
+
+func startApply(ctx context.Context, t *testing.T, tf *terraformCLI, dir string) *runningApply {
+	a := &runningApply{t: t, dir: dir, result: make(chan result, 1)}
+	go func() { a.result <- tf.run(ctx, "apply", "-auto-approve", "-json") }()
+	return a
+}
+
+// token waits for the command to start and returns the token it received.
+func (a *runningApply) token(ctx context.Context) int64 {
+	a.t.Helper()
+	for {
+		if b, err := os.ReadFile(filepath.Join(a.dir, "token")); err == nil {
+			token, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				a.t.Fatalf("the command received TOKEN=%q", b)
+			}
+			return token
+		}
+		select {
+		case r := <-a.result:
+			a.t.Fatalf("terraform apply ended before its command ran: %v\n%s", r.err, r.output)
+		case <-ctx.Done():
+			a.t.Fatal("the command did not start")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// finish lets the command end and returns the apply's result.
+func (a *runningApply) finish() result {
+	a.t.Helper()
+	if err := os.WriteFile(filepath.Join(a.dir, "done"), nil, 0o600); err != nil {
+		a.t.Fatal(err)
+	}
+	return <-a.result
+}
+
+// The lease is held, with the token the command receives, while Terraform
+// runs the apply, and released when the apply ends. Terraform opens it
+// once for the plan and again for the apply: two acquisitions.
+func TestAccLeaseEphemeralResource_heldDuringApply(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceHeldDuringApply)
+}
+
+func testAccLeaseEphemeralResourceHeldDuringApply(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	observer := appClient(t, sc, "observer")
+	dir := t.TempDir()
+	tf.write(leaseConfig(prov, `  holder_id = "pipeline-1"`+"\n", blockingCommand(dir)))
+
+	apply := startApply(ctx, t, tf, dir)
+	token := apply.token(ctx)
+	h, err := observer.Holder(ctx, "deploy")
+	if err != nil || h.HolderID != "pipeline-1" || h.Token != token {
+		t.Errorf("while the apply runs, the holder of deploy is %+v, %v; want pipeline-1 with the token the command got, %d", h, err, token)
+	}
+	if token != 2 {
+		t.Errorf("the apply's token is %d; want 2, after the plan's acquisition", token)
+	}
+	apply.finish().ok(t)
+	if h, err := observer.Holder(ctx, "deploy"); !errors.Is(err, lease.ErrNoHolder) {
+		t.Errorf("after the apply, the holder of deploy is %+v, %v; want none", h, err)
+	}
+}
+
+// A lease lost while Terraform runs (its session vanished, and another
+// holder took it) fails the run when Terraform closes it.
+func TestAccLeaseEphemeralResource_lossFailsTheRun(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceLossFailsTheRun)
+}
+
+func testAccLeaseEphemeralResourceLossFailsTheRun(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	dir := t.TempDir()
+	tf.write(leaseConfig(prov, `  holder_id = "pipeline-1"`+"\n", blockingCommand(dir)))
+
+	apply := startApply(ctx, t, tf, dir)
+	token := apply.token(ctx)
+	_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+		_, err := tx.Update(ctx, spanner.Statement{SQL: "DELETE FROM " + d.QuoteSessionsTable("locks") + " WHERE holder_id = 'pipeline-1'"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rival, err := appClient(t, sc, "rival").TryAcquire(ctx, "deploy")
+	if err != nil {
+		t.Fatalf("taking the lease from the vanished session: %v", err)
+	}
+	apply.finish().failed(t).has(t, "error", "Lease was lost before Terraform finished",
+		fmt.Sprintf(`Lease "deploy" (token %d) ended before Terraform closed it`, token))
+	if err := rival.Context().Err(); err != nil {
+		t.Errorf("closing the lost lease ended the rival's: %v", err)
+	}
+}
+
+func TestAccLeaseEphemeralResource_wait(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceWait)
+}
+
+func testAccLeaseEphemeralResourceWait(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	held := holdLease(t, sc, "deploy", "other-pipeline")
+	refused := fmt.Sprintf(`lease "deploy" is held by "other-pipeline" with token %d until`, held.Token())
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   requireTerraform(tfversion.Version1_10_0),
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config:      leaseConfig(prov, `  wait = "0s"`+"\n", "true"),
+				ExpectError: diagnostic("Cannot acquire lease", refused, `wait = "0s" does not wait for it`),
+			},
+			{
+				// The same table to GoogleSQL; to PostgreSQL's SQL none.
+				Config: strings.Replace(leaseConfig(prov, `  wait = "0s"`+"\n", "true"), `table = "locks"`, `table = "LOCKS"`, 1),
+				ExpectError: byDialect(d, diagnostic("Cannot acquire lease", refused),
+					diagnostic("Cannot acquire lease", "Lock table locks exists in "+db+" as locks", `Set table = "locks"`)),
+			},
+			{
+				Config:      leaseConfig(prov, `  wait = "2s"`+"\n", "true"),
+				ExpectError: diagnostic("Cannot acquire lease", refused, "it was still held after waiting 2s (wait)"),
+			},
+			{
+				Config:      leaseConfig(prov, `  ttl = "500ms"`+"\n", "true"),
+				ExpectError: diagnostic("Invalid duration", `Duration "500ms" must be from 1s to 24h0m0s.`),
+			},
+			{
+				// Terraform keeps ephemeral values out of what it stores.
+				Config: leaseConfig(prov, `  wait = "0s"`+"\n", "true") + `
+output "token" {
+  value = ephemeral.spannerlock_lease.deploy.token
+}
+`,
+				ExpectError: diagnostic("Ephemeral value not allowed"),
+			},
+			{
+				Config: leaseConfig(prov, `  wait = "0s"`+"\n", "true") + `
+resource "terraform_data" "stored" {
+  input = ephemeral.spannerlock_lease.deploy.token
+}
+`,
+				ExpectError: diagnostic("Invalid use of ephemeral value"),
+			},
+			{
+				PreConfig: func() {
+					if err := held.Release(emulator.Context(t)); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: leaseConfig(prov, `  wait = "0s"`+"\n", "true"),
+			},
+		},
+	})
+}
+
+// The documented example is valid against the provider's schema.
+func TestAccLeaseEphemeralResource_exampleValidates(t *testing.T) {
+	t.Parallel()
+	accDatabase(t)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	example, err := os.ReadFile(filepath.Join("..", "..", "examples", "ephemeral-resources", "spannerlock_lease", "ephemeral-resource.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.write(requiredProviders + string(example))
+	tf.run(ctx, "validate", "-json").ok(t)
+}

@@ -1,0 +1,218 @@
+package provider
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-version"
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+)
+
+// serveProviderEnv makes the test binary serve the provider instead of
+// running tests; terraformCLI sets it for the Terraform it runs.
+const serveProviderEnv = "SPANNERLOCK_TEST_SERVE_PROVIDER"
+
+// serveProvider serves the provider as main.go does, for a Terraform that
+// started this binary as its plugin.
+func serveProvider() {
+	if err := providerserver.Serve(context.Background(), New("test"), providerserver.ServeOpts{Address: Address}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// terraformCLI runs the Terraform CLI as a user does, in a directory of its
+// own, with this test binary as the provider plugin (through dev_overrides,
+// so no registry and no terraform init). terraform-plugin-testing cannot
+// stand in here: it destroys with refresh off, while `terraform destroy`
+// first refreshes and plans the whole configuration.
+type terraformCLI struct {
+	t   *testing.T
+	bin string
+	dir string
+	env []string
+}
+
+func newTerraformCLI(t *testing.T) *terraformCLI {
+	t.Helper()
+	if os.Getenv(resource.EnvTfAcc) == "" {
+		t.Skipf("acceptance test: set %s=1 (make testacc)", resource.EnvTfAcc)
+	}
+	bin := os.Getenv("TF_ACC_TERRAFORM_PATH")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("terraform"); err != nil {
+			t.Fatal("terraform is not on PATH and TF_ACC_TERRAFORM_PATH is unset")
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins := t.TempDir()
+	if err := os.Symlink(self, filepath.Join(plugins, "terraform-provider-spannerlock")); err != nil {
+		t.Fatal(err)
+	}
+	rc := filepath.Join(t.TempDir(), "terraformrc")
+	config := fmt.Sprintf("provider_installation {\n  dev_overrides {\n    %q = %q\n  }\n  direct {}\n}\n", "spannerlock/spannerlock", plugins)
+	if err := os.WriteFile(rc, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), emulator.Shared(t).Env()...)
+	env = append(env, "TF_CLI_CONFIG_FILE="+rc, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1", serveProviderEnv+"=1")
+	return &terraformCLI{t: t, bin: bin, dir: t.TempDir(), env: env}
+}
+
+// write replaces the configuration.
+func (tf *terraformCLI) write(config string) {
+	tf.t.Helper()
+	if err := os.WriteFile(filepath.Join(tf.dir, "main.tf"), []byte(config), 0o600); err != nil {
+		tf.t.Fatal(err)
+	}
+}
+
+// result is one run of a command.
+type result struct {
+	args   []string
+	output string
+	err    error
+	// diagnostics are those of a command run with -json.
+	diagnostics []diagnosticJSON
+}
+
+type diagnosticJSON struct {
+	Severity string `json:"severity"`
+	Summary  string `json:"summary"`
+	Detail   string `json:"detail"`
+}
+
+// run runs terraform with args in the configuration's directory.
+func (tf *terraformCLI) run(ctx context.Context, args ...string) result {
+	tf.t.Helper()
+	switch args[0] {
+	case "version":
+	case "validate":
+		args = append(args, "-no-color")
+	default:
+		args = append(args, "-input=false", "-no-color")
+	}
+	cmd := exec.CommandContext(ctx, tf.bin, args...)
+	cmd.Dir, cmd.Env = tf.dir, tf.env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	r := result{args: args, err: cmd.Run(), output: out.String()}
+	if !strings.Contains(strings.Join(args, " "), "-json") {
+		return r
+	}
+	sc := bufio.NewScanner(strings.NewReader(r.output))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Type       string         `json:"type"`
+			Diagnostic diagnosticJSON `json:"diagnostic"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Type == "diagnostic" {
+			r.diagnostics = append(r.diagnostics, line.Diagnostic)
+		}
+	}
+	return r
+}
+
+// ok fails the test unless the command succeeded.
+func (r result) ok(t *testing.T) result {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("terraform %s: %v\n%s", strings.Join(r.args, " "), r.err, r.output)
+	}
+	return r
+}
+
+// failed fails the test unless the command failed.
+func (r result) failed(t *testing.T) result {
+	t.Helper()
+	var exit *exec.ExitError
+	if !errors.As(r.err, &exit) {
+		t.Fatalf("terraform %s: %v, want it to fail\n%s", strings.Join(r.args, " "), r.err, r.output)
+	}
+	return r
+}
+
+// has fails the test unless the command reported a diagnostic of severity
+// ("error" or "warning") whose summary is summary and whose detail contains
+// each of parts.
+func (r result) has(t *testing.T, severity, summary string, parts ...string) {
+	t.Helper()
+	for _, d := range r.diagnostics {
+		if d.Severity != severity || d.Summary != summary {
+			continue
+		}
+		missing := false
+		for _, p := range parts {
+			if !strings.Contains(d.Detail, p) {
+				missing = true
+			}
+		}
+		if !missing {
+			return
+		}
+	}
+	t.Fatalf("terraform %s reported no %s %q with %q; it reported:\n%s", strings.Join(r.args, " "), severity, summary, parts, r.describe())
+}
+
+// lacks fails the test if the command reported a diagnostic with summary.
+func (r result) lacks(t *testing.T, summary string) {
+	t.Helper()
+	for _, d := range r.diagnostics {
+		if d.Summary == summary {
+			t.Fatalf("terraform %s reported %s %q, which it must not:\n%s", strings.Join(r.args, " "), d.Severity, summary, d.Detail)
+		}
+	}
+}
+
+func (r result) describe() string {
+	if r.diagnostics == nil {
+		return r.output
+	}
+	var b strings.Builder
+	for _, d := range r.diagnostics {
+		fmt.Fprintf(&b, "%s: %s\n  %s\n", d.Severity, d.Summary, strings.ReplaceAll(d.Detail, "\n", "\n  "))
+	}
+	return b.String()
+}
+
+// require skips the test when Terraform is older than minimum, or fails it
+// under CI=true, where every test must run.
+func (tf *terraformCLI) require(ctx context.Context, minimum *version.Version) {
+	tf.t.Helper()
+	r := tf.run(ctx, "version", "-json").ok(tf.t)
+	var v struct {
+		Version string `json:"terraform_version"`
+	}
+	if err := json.Unmarshal([]byte(r.output), &v); err != nil {
+		tf.t.Fatalf("terraform version -json: %v\n%s", err, r.output)
+	}
+	got, err := version.NewVersion(v.Version)
+	if err != nil {
+		tf.t.Fatal(err)
+	}
+	if got.Core().LessThan(minimum) {
+		msg := fmt.Sprintf("this test needs Terraform %s or later; %s is %s", minimum, tf.bin, got)
+		if emulator.CI() {
+			tf.t.Fatal(msg + " (failing, not skipping, because CI=true)")
+		}
+		tf.t.Skip(msg)
+	}
+}

@@ -3,8 +3,11 @@
 // checkout creates the lock table; three replicas of examples/leader elect a
 // leader; Terraform's spannerlock_leader data source shows it; the leader is
 // killed without releasing, another takes over, and Terraform shows the new
-// one. It starts an emulator unless SPANNER_EMULATOR_HOST names one, and
-// finds terraform through $TERRAFORM or PATH. Run it with `make demo`.
+// one. Then the spannerlock command: three shell loops take turns with
+// `spannerlock lock`, three `spannerlock run-once` calls for one slot run the
+// job once, and `status` and `holder` show a held lock. It starts an emulator
+// unless SPANNER_EMULATOR_HOST names one, and finds terraform through
+// $TERRAFORM or PATH. Run it with `make demo`.
 package main
 
 import (
@@ -153,6 +156,9 @@ func run(ctx context.Context) error {
 	output.Wait()
 	if _, err := watcher.Holder(ctx, election); errors.Is(err, lease.ErrNoHolder) {
 		say("no one holds %q now: the last leader released it on the way out", election)
+	}
+	if err := cliDemo(ctx, e, db, work); err != nil {
+		return err
 	}
 	say("terraform destroy: no lease is live, so the table may go")
 	if err := tf.run(ctx, "destroy", "-auto-approve"); err != nil {

@@ -1,0 +1,105 @@
+//go:build unix
+
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every command documents itself with its synopsis and examples, through
+// both `CMD --help` and `help CMD`, on stdout and with status 0.
+func TestHelp(t *testing.T) {
+	dir := t.TempDir()
+	overview := run(t, dir, env(""), nil, "--help")
+	if overview.code != 0 {
+		t.Fatalf("--help exited %d: %s", overview.code, overview.stderr)
+	}
+	for _, c := range commands() {
+		if !strings.Contains(overview.stdout, "  "+c.name+" ") {
+			t.Errorf("--help does not list %s:\n%s", c.name, overview.stdout)
+		}
+		for _, args := range [][]string{{c.name, "--help"}, {"help", c.name}, {c.name, "-h"}} {
+			r := run(t, dir, env(""), nil, args...)
+			if r.code != 0 {
+				t.Errorf("%v exited %d: %s", args, r.code, r.stderr)
+			}
+			first := strings.SplitN(c.synopsis, "\n", 2)[0]
+			for _, want := range []string{"Usage:", first, "Global flags:", "--database"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("%v does not show %q:\n%s", args, want, r.stdout)
+				}
+			}
+			if c.name != "version" && !strings.Contains(r.stdout, "Examples:") {
+				t.Errorf("%v has no examples:\n%s", args, r.stdout)
+			}
+		}
+	}
+}
+
+// A wrong command line exits 2 with a message saying what is wrong, before
+// spannerlock connects to anything.
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	db := "projects/p/instances/i/databases/d"
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{args: nil, want: "Usage:"},
+		{args: []string{"frobnicate"}, want: `unknown command "frobnicate"`},
+		{args: []string{"lock"}, want: "NAME is required"},
+		{args: []string{"lock", "x", "ls", "-l"}, want: "put it after --"},
+		{args: []string{"lock", "x", "ls"}, want: "spannerlock lock x -- ls"},
+		{args: []string{"lock", "x", "--"}, want: "no command after --"},
+		{args: []string{"lock", "--try", "--timeout", "1s", "x", "--", "true"}, want: "exclude each other"},
+		{args: []string{"lock", "--shell", "x"}, want: "--shell needs a command"},
+		{args: []string{"holder", "x"}, env: env(""), want: "no database configured: pass --database"},
+		{args: []string{"--database", "orders", "holder", "x"}, want: "not a database path"},
+		{args: []string{"--ttl", "100ms", "holder", "x"}, want: "--ttl 100ms"},
+		{args: []string{"--table", "no-dashes", "holder", "x"}, want: "--table"},
+		{args: []string{"holder", "x", "--", "true"}, want: "runs no command"},
+		{args: []string{"run-once", "job", "--", "true"}, want: "--slot TIME or --every INTERVAL"},
+		{args: []string{"run-once", "job", "--slot", "tomorrow", "--", "true"}, want: "not an RFC 3339 time"},
+		{args: []string{"run-once", "job", "--slot", "2026-01-01T00:00:00Z"}, want: "needs a command"},
+		{args: []string{"status", "extra"}, want: "takes no arguments"},
+		{args: []string{"status", "-o", "yaml"}, want: "table or json"},
+		{args: []string{"elect", "--observe", "x", "--", "true"}, want: "--observe runs no command"},
+		{args: []string{"init", "--cleanup-after", "36h"}, want: "whole number of days"},
+		{args: []string{"holder", "x"}, env: append(env(db), "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL=http/json"),
+			want: "OTEL_EXPORTER_OTLP_PROTOCOL=http/json: spannerlock exports OTLP over grpc or http/protobuf"},
+	} {
+		envv := tc.env
+		if envv == nil {
+			envv = env(db)
+		}
+		r := run(t, dir, envv, nil, tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("spannerlock %v: exit %d, stderr:\n%s\nwant exit 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// CMD is resolved before anything is acquired (the database here does not
+// exist): a missing one exits 127, and shell syntax without --shell is
+// pointed out.
+func TestCommandNotFound(t *testing.T) {
+	for _, tc := range []struct{ cmd, want string }{
+		{"no-such-command-anywhere", "no-such-command-anywhere: command not found\n"},
+		{"./missing.sh", "./missing.sh: command not found\n"},
+		{"echo $HOME", "echo $HOME: command not found (CMD runs without a shell: put shell syntax after --shell)\n"},
+	} {
+		r := run(t, t.TempDir(), env("projects/p/instances/i/databases/d"), nil, "lock", "x", "--", tc.cmd)
+		if r.code != exitNotFound || r.stderr != "spannerlock: "+tc.want {
+			t.Errorf("%q: exit %d, stderr %q; want 127 and %q", tc.cmd, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	r := run(t, t.TempDir(), env(""), nil, "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "spannerlock ") {
+		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io/fs"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// childSpec is CMD as spannerlock runs it.
+type childSpec struct {
+	// path is the resolved executable; argv[0] is as the user wrote it.
+	path string
+	argv []string
+	env  []string
+}
+
+// shellPath runs CMD under --shell.
+const shellPath = "/bin/sh"
+
+// prepareCommand resolves CMD before anything is acquired, so that a typo
+// costs no lease and no wait. It returns nil when there is no command
+// (argv is nil: no "--").
+func (a *app) prepareCommand(argv []string, shell bool) (*childSpec, error) {
+	switch {
+	case argv == nil && shell:
+		return nil, usageError("--shell needs a command after --")
+	case argv == nil:
+		return nil, nil
+	case len(argv) == 0:
+		return nil, usageError("no command after --")
+	}
+	if shell {
+		// Joined as consul lock -shell does, so `-- 'a && b'` and
+		// `-- a '&&' b` both work.
+		argv = []string{"sh", "-c", strings.Join(argv, " ")}
+		return &childSpec{path: shellPath, argv: argv, env: a.environ}, nil
+	}
+	path, err := exec.LookPath(argv[0])
+	switch {
+	case (errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)) && strings.ContainsAny(argv[0], " \t|&;<>()$`\\\"'*?[]#~="):
+		return nil, exitWith(exitNotFound, "%s: command not found (CMD runs without a shell: put shell syntax after --shell)", argv[0])
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return nil, exitWith(exitNotFound, "%s: command not found", argv[0])
+	case err != nil:
+		return nil, exitWith(exitCannotRun, "cannot run %s: %v", argv[0], err)
+	}
+	return &childSpec{path: path, argv: argv, env: a.environ}, nil
+}
+
+// with returns the spec with vars (KEY=value) added to CMD's environment,
+// replacing inherited values of the same keys.
+func (s *childSpec) with(vars ...string) *childSpec {
+	out := *s
+	out.env = append(append([]string(nil), s.env...), vars...)
+	return &out
+}
+
+// leaseEnv is what CMD learns about the lease it runs under.
+func leaseEnv(name string, token int64, holderID string) []string {
+	return []string{
+		"SPANNERLOCK_NAME=" + name,
+		"SPANNERLOCK_TOKEN=" + strconv.FormatInt(token, 10),
+		"SPANNERLOCK_HOLDER_ID=" + holderID,
+	}
+}
+
+// childFlags are the flags of every command that runs CMD.
+type childFlags struct {
+	killAfter time.Duration
+	shell     bool
+}
+
+func (f *childFlags) register(fs *flag.FlagSet) {
+	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second,
+		"if the lease is lost while CMD runs, or CMD leaves processes behind, SIGKILL its process group this long after SIGTERM")
+	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined with spaces by /bin/sh -c (default: run CMD directly)")
+}
+
+func (f *childFlags) check() error {
+	if f.killAfter < 0 {
+		return usageError("--kill-after %s must not be negative", f.killAfter)
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+)
+
+// electScript is CMD of a replica: it logs its start and a SIGTERM, and runs
+// until its stop file appears, then exits 4.
+func electScript(id string) string {
+	return `trap 'echo ` + id + ` term >> log; exit 0' TERM
+		echo ` + id + ` start >> log
+		while [ ! -e ` + id + `-stop ]; do sleep 0.05; done
+		exit 4`
+}
+
+// One replica runs CMD at a time. A replica that loses leadership has its
+// CMD terminated and campaigns again; one whose CMD exits steps down at
+// once and exits with CMD's status.
+func TestElect(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		flags := []string{"--ttl", "2s", "--poll-interval", "100ms"}
+		a := c.start(append(flags, "--holder-id", "A", "elect", "scheduler", "--shell", "--", electScript("A"))...)
+		waitFor(t, "A to lead", func() bool { return slices.Contains(c.lines("log"), "A start") })
+		b := c.start(append(flags, "--holder-id", "B", "elect", "scheduler", "--shell", "--", electScript("B"))...)
+
+		a.signal(syscall.SIGSTOP) // past its TTL: B takes over
+		waitFor(t, "B to lead", func() bool { return slices.Contains(c.lines("log"), "B start") })
+		a.signal(syscall.SIGCONT)
+		waitFor(t, "A's CMD to be terminated", func() bool { return slices.Contains(c.lines("log"), "A term") })
+
+		if err := touch(c, "B-stop"); err != nil {
+			t.Fatal(err)
+		}
+		b.expect(4)
+		waitFor(t, "A to lead again", func() bool { return len(c.lines("log")) == 4 })
+		if err := touch(c, "A-stop"); err != nil {
+			t.Fatal(err)
+		}
+		a.expect(4)
+		if got, want := c.lines("log"), []string{"A start", "B start", "A term", "A start"}; !slices.Equal(got, want) {
+			t.Fatalf("log %q, want %q", got, want)
+		}
+	})
+}
+
+func touch(c *cli, name string) error {
+	return os.WriteFile(c.path(name), nil, 0o644)
+}
+
+// --observe prints the leader at every change, vacancy included, until
+// SIGINT; -o json prints the fields of holder, null when there is none.
+// elect without CMD prints its token when it leads.
+func TestElectObserve(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		watcher := c.start("--poll-interval", "50ms", "elect", "--observe", "-o", "json", "scheduler")
+		var lines []map[string]any
+		next := func(what string) map[string]any {
+			t.Helper()
+			waitFor(t, what, func() bool { return strings.Count(watcher.stdout.String(), "\n") > len(lines) })
+			line := strings.Split(watcher.stdout.String(), "\n")[len(lines)]
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("line %q: %v", line, err)
+			}
+			lines = append(lines, m)
+			return m
+		}
+		if m := next("the first line"); m["holder_id"] != nil || m["token"] != nil || m["name"] != "scheduler" {
+			t.Fatalf("vacancy: %v", m)
+		}
+		leader := c.start("--holder-id", "leader-1", "--ttl", "1m", "elect", "scheduler")
+		waitFor(t, "the leader's token", func() bool { return strings.HasSuffix(leader.stdout.String(), "\n") })
+		m := next("the leader")
+		if m["holder_id"] != "leader-1" || strings.TrimSpace(leader.stdout.String()) != jsonNumber(m["token"]) {
+			t.Fatalf("leader line %v, leader printed token %q", m, leader.stdout.String())
+		}
+		leader.signal(syscall.SIGTERM)
+		leader.expect(0)
+		if m := next("the vacancy"); m["holder_id"] != nil {
+			t.Fatalf("after the leader stepped down: %v", m)
+		}
+		watcher.signal(syscall.SIGINT)
+		watcher.expect(0)
+
+		text := c.start("elect", "--observe", "scheduler")
+		waitFor(t, "a text line", func() bool { return strings.Contains(text.stdout.String(), "\n") })
+		if got := text.stdout.String(); got != "scheduler: no leader\n" {
+			t.Fatalf("text output %q", got)
+		}
+		text.signal(syscall.SIGTERM)
+		text.expect(0)
+	})
+}
+
+func jsonNumber(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

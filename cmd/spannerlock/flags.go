@@ -1,0 +1,236 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// errHelp is what parsing returns after printing help for -h or --help.
+var errHelp = flag.ErrHelp
+
+// globalFlags configure the connection and the leases of every command.
+type globalFlags struct {
+	database string
+	table    string
+	ttl      time.Duration
+	holderID string
+	poll     time.Duration
+	verbose  bool
+}
+
+const (
+	envDatabase = "SPANNERLOCK_DATABASE"
+	envTable    = "SPANNERLOCK_TABLE"
+)
+
+func defaultGlobalFlags() globalFlags {
+	table := os.Getenv(envTable)
+	if table == "" {
+		table = "locks"
+	}
+	return globalFlags{
+		database: os.Getenv(envDatabase),
+		table:    table,
+		ttl:      10 * time.Second,
+		poll:     time.Second,
+	}
+}
+
+var globalFlagNames = []string{"database", "table", "ttl", "holder-id", "poll-interval", "verbose"}
+
+// newFlagSet returns the flag set of the named command ("" for spannerlock
+// itself) with the global flags in it, so they may come before the command
+// or among its flags. Their defaults are the values parsed so far.
+func (a *app) newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	// Errors and help are printed by parse, to the right stream.
+	fs.SetOutput(io.Discard)
+	g := &a.global
+	fs.StringVar(&g.database, "database", g.database,
+		"database `path` projects/P/instances/I/databases/D (default $"+envDatabase+")")
+	fs.StringVar(&g.table, "table", g.table, "lock `table` (default $"+envTable+", else locks)")
+	fs.DurationVar(&g.ttl, "ttl", g.ttl,
+		"how long a lease lives after its last renewal; renewed every TTL/3 while held (1s to 24h)")
+	fs.StringVar(&g.holderID, "holder-id", g.holderID,
+		"`id` recorded with the leases this process holds (default hostname-pid-random)")
+	fs.DurationVar(&g.poll, "poll-interval", g.poll,
+		"longest wait between reads of a lease held by another process, while waiting for it")
+	fs.BoolVar(&g.verbose, "verbose", g.verbose, "log what spannerlock does to stderr")
+	return fs
+}
+
+// parse parses a command's flags wherever they are before "--", so that
+// `lock --try NAME -- CMD` and `lock NAME --try -- CMD` are the same. It
+// returns the positional arguments and the command after "--" (nil when
+// there is no "--"). On -h or --help it prints the command's help and
+// returns errHelp.
+func (a *app) parse(fs *flag.FlagSet, args []string) (positional, argv []string, err error) {
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, argv = args[:i], args[i+1:]
+		if argv == nil {
+			argv = []string{}
+		}
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				a.printHelp(a.stdout, fs)
+				return nil, nil, errHelp
+			}
+			if len(positional) > 0 && argv == nil {
+				return nil, nil, usageError("%v (to run a command, put it after --: spannerlock %s %s -- CMD ARGS...)", err, fs.Name(), positional[0])
+			}
+			return nil, nil, usageError("%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, argv, nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// parseOne is parse for commands that take exactly one positional argument,
+// called what.
+func (a *app) parseOne(fs *flag.FlagSet, args []string, what string) (arg string, argv []string, err error) {
+	pos, argv, err := a.parse(fs, args)
+	switch {
+	case err != nil:
+		return "", nil, err
+	case len(pos) == 0:
+		return "", nil, usageError("%s is required", what)
+	case len(pos) > 1 && argv == nil:
+		return "", nil, usageError("unexpected argument %q after %s: put the command to run after --, as in: spannerlock %s %s -- %s",
+			pos[1], what, fs.Name(), pos[0], strings.Join(pos[1:], " "))
+	case len(pos) > 1:
+		return "", nil, usageError("unexpected argument %q after %s", pos[1], what)
+	}
+	return pos[0], argv, nil
+}
+
+// noCommand rejects a command after "--" for commands that run none.
+func noCommand(fs *flag.FlagSet, argv []string) error {
+	if argv != nil {
+		return usageError("%s runs no command; remove what follows --", fs.Name())
+	}
+	return nil
+}
+
+// outputFlag registers -o/--output, whose values are the formats.
+func outputFlag(fs *flag.FlagSet, formats ...string) *string {
+	o := new(string)
+	*o = formats[0]
+	usage := "output `format`: " + strings.Join(formats, " or ")
+	fs.StringVar(o, "o", formats[0], usage)
+	fs.StringVar(o, "output", formats[0], usage)
+	return o
+}
+
+func checkOutput(o string, formats ...string) error {
+	if !slices.Contains(formats, o) {
+		return usageError("-o %q: the output format is %s", o, strings.Join(formats, " or "))
+	}
+	return nil
+}
+
+func (a *app) printOverview(w io.Writer) {
+	var b strings.Builder
+	b.WriteString(`spannerlock runs a program under a lock on Google Cloud Spanner, once per
+schedule slot, or while it is the elected leader.
+
+Usage:
+  spannerlock [global flags] COMMAND [flags] [ARGS] [-- CMD [ARGS...]]
+
+Commands:
+`)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, c := range commands() {
+		say(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	_ = tw.Flush() // into a strings.Builder, which cannot fail
+	b.WriteString("\n")
+	writeFlags(&b, "Global flags (before the command, or among its flags):", a.newFlagSet(""), func(string) bool { return true })
+	b.WriteString(`
+Environment:
+  SPANNERLOCK_DATABASE, SPANNERLOCK_TABLE   defaults of --database and --table
+  SPANNER_EMULATOR_HOST                     use the Spanner emulator at this host:port
+  GOOGLE_APPLICATION_CREDENTIALS            credentials; otherwise Application Default Credentials
+  OTEL_EXPORTER_OTLP_ENDPOINT               export spans and metrics to this OTLP collector (HTTP;
+                                            OTEL_EXPORTER_OTLP_PROTOCOL=grpc for gRPC); the other
+                                            OTEL_* variables work as in any OpenTelemetry SDK
+  TRACEPARENT, TRACESTATE                   when exporting: the trace a run joins; CMD gets its
+                                            own span's in these, for its own tracing to join
+
+Exit status:
+  CMD's own status when spannerlock ran CMD, or 128+N if CMD died of signal N
+  0      success, or a run-once slot that was already done
+  1      spannerlock failed (Spanner unreachable, table missing, permission denied)
+  2      wrong command line
+  3      holder: nobody holds NAME
+  75     --try found it held, or --timeout passed before it was acquired
+  76     the lease was lost while CMD ran; CMD was stopped
+  126    CMD could not be started
+  127    CMD was not found
+  128+N  interrupted by signal N while waiting, before CMD started
+
+Quick start:
+  export SPANNERLOCK_DATABASE=projects/P/instances/I/databases/D
+  spannerlock init
+  spannerlock lock nightly-report -- ./report.sh
+
+Run 'spannerlock COMMAND --help' for a command's flags and examples.
+`)
+	say(w, "%s", b.String())
+}
+
+func (a *app) printHelp(w io.Writer, fs *flag.FlagSet) {
+	c := findCommand(fs.Name())
+	if c == nil {
+		a.printOverview(w)
+		return
+	}
+	var b strings.Builder
+	say(&b, "spannerlock %s: %s\n\nUsage:\n%s\n\n%s\n\n", c.name, c.summary, indent(c.synopsis, "  "), strings.TrimSpace(c.help))
+	isGlobal := func(name string) bool { return slices.Contains(globalFlagNames, name) }
+	if writeFlags(&b, "Flags:", fs, func(name string) bool { return !isGlobal(name) }) {
+		b.WriteString("\n")
+	}
+	writeFlags(&b, "Global flags:", fs, isGlobal)
+	say(w, "%s", b.String())
+}
+
+// writeFlags lists the flags of fs that keep selects, as --name TYPE and
+// their usage, and reports whether there were any.
+func writeFlags(b *strings.Builder, title string, fs *flag.FlagSet, keep func(string) bool) bool {
+	var list strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		if !keep(f.Name) {
+			return
+		}
+		kind, usage := flag.UnquoteUsage(f)
+		dashes := "--"
+		if len(f.Name) == 1 {
+			dashes = "-"
+		}
+		say(&list, "  %s%s", dashes, f.Name)
+		if kind != "" {
+			say(&list, " %s", kind)
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" && !strings.Contains(usage, "(default") {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		say(&list, "\n      %s\n", usage)
+	})
+	if list.Len() == 0 {
+		return false
+	}
+	say(b, "%s\n%s", title, list.String())
+	return true
+}

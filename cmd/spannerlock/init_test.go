@@ -1,0 +1,104 @@
+//go:build unix
+
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+)
+
+func inspect(t *testing.T, c *cli, table string) locktable.Inspection {
+	t.Helper()
+	ins, err := locktable.Inspect(testContext(t), emulator.Client(t, c.db), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ins
+}
+
+// init creates the table at the latest version in the database's dialect,
+// prints the DDL it ran, and does nothing the second time; --dry-run
+// changes nothing.
+func TestInit(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := emptyCLIIn(t, d)
+		r := c.expect(0, "init", "--dry-run")
+		if !strings.Contains(r.stdout, "CREATE TABLE "+d.Quote("locks")) || inspect(t, c, "locks").Exists {
+			t.Fatalf("--dry-run: stdout %q; the table must not exist after it", r.stdout)
+		}
+		r = c.expect(0, "init")
+		if want := strings.Join(d.DDL("locks"), ";\n") + ";\n"; r.stdout != want {
+			t.Errorf("init printed:\n%s\nwant the statements it ran:\n%s", r.stdout, want)
+		}
+		if ins := inspect(t, c, "locks"); !ins.Current() || ins.Dialect != d {
+			t.Fatalf("after init: dialect %s, diffs %v", ins.Dialect, ins.Diffs)
+		}
+		r = c.expect(0, "init")
+		if r.stdout != "" || !strings.Contains(r.stderr, "nothing to do") {
+			t.Fatalf("second init: stdout %q, stderr %q", r.stdout, r.stderr)
+		}
+		c.expect(0, "lock", "x", "--", "true") // the table works
+	})
+}
+
+// init migrates a table of an older schema version in place, keeps the
+// table's cleanup setting unless told otherwise, and sets it when told.
+func TestInitMigrates(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := emptyCLIIn(t, d)
+		if err := emulator.Shared(t).UpdateDDL(testContext(t), c.db, d.DDLAt("old", 1)...); err != nil {
+			t.Fatal(err)
+		}
+		r := c.expect(0, "--table", "old", "init")
+		if !strings.Contains(r.stderr, "from schema version 1") {
+			t.Errorf("stderr %q", r.stderr)
+		}
+		if ins := inspect(t, c, "old"); ins.Version != locktable.Latest {
+			t.Fatalf("after init: version %d, diffs %v", ins.Version, ins.Diffs)
+		}
+		c.expect(0, "--table", "old", "init", "--cleanup-after", "30d")
+		c.expect(0, "--table", "old", "init")
+		if ins := inspect(t, c, "old"); ins.CleanupAfter != 30*24*time.Hour || !ins.Current() {
+			t.Fatalf("cleanup %s (diffs %v), want 30 days kept by a plain init", ins.CleanupAfter, ins.Diffs)
+		}
+		c.expect(0, "--table", "old", "lock", "x", "--", "true") // the migrated table works
+	})
+}
+
+// Commands on a database without the table say to run spannerlock init;
+// a database that does not exist says so.
+func TestMissingTableOrDatabase(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := emptyCLIIn(t, d)
+		for _, args := range [][]string{
+			{"lock", "x", "--", "true"},
+			{"holder", "x"},
+			{"status"},
+			{"status", "--watch"},
+			{"run-once", "job", "--slot", slot, "--", "true"},
+			{"elect", "--observe", "x"},
+		} {
+			r := c.expect(exitFailure, args...)
+			if !strings.Contains(r.stderr, "table locks does not exist") || !strings.Contains(r.stderr, "run 'spannerlock init'") {
+				t.Errorf("%v: %s", args, r.stderr)
+			}
+		}
+		if err := emulator.Shared(t).UpdateDDL(testContext(t), c.db, d.DDLAt("old", 2)...); err != nil {
+			t.Fatal(err)
+		}
+		r := c.expect(exitFailure, "--table", "old", "permit", "sem", "--", "true")
+		if !strings.Contains(r.stderr, "run 'spannerlock init' to migrate it") {
+			t.Errorf("outdated table: %s", r.stderr)
+		}
+
+		gone := c.db[:strings.LastIndex(c.db, "/")+1] + "no-such-db"
+		r = run(t, c.dir, env(gone), nil, "holder", "x")
+		if r.code != exitFailure || !strings.Contains(r.stderr, "database "+gone+" does not exist") {
+			t.Errorf("missing database: exit %d, %s", r.code, r.stderr)
+		}
+	})
+}

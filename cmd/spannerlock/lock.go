@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+func lockCommand() *command {
+	return &command{
+		name:    "lock",
+		summary: "run a command while holding a lock",
+		synopsis: `spannerlock lock [flags] NAME -- CMD [ARGS...]
+spannerlock lock [flags] NAME`,
+		help: `
+Waits until this process holds the lock NAME, runs CMD, releases the lock
+when CMD exits, and exits with CMD's status (128+N if CMD died of signal N).
+CMD gets spannerlock's environment plus:
+
+  SPANNERLOCK_NAME        NAME
+  SPANNERLOCK_TOKEN       the fencing token: larger than every earlier
+                          holder's, so storage can reject a stale holder
+  SPANNERLOCK_HOLDER_ID   this process's holder ID
+  TRACEPARENT             when spannerlock exports traces
+                          (OTEL_EXPORTER_OTLP_ENDPOINT), the W3C trace
+                          context of CMD's span, with TRACESTATE if any,
+                          so that CMD's own tracing joins the trace
+
+CMD runs without a shell (use --shell for shell syntax), in a process group
+of its own, with spannerlock's stdin, stdout and stderr. SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to spannerlock go to CMD's whole
+group; spannerlock releases the lock once CMD has exited. If the lock is
+lost while CMD runs (spannerlock could not renew it within the TTL), CMD's
+group gets SIGTERM, then SIGKILL after --kill-after, and spannerlock exits
+76. Processes CMD leaves running when it exits are stopped the same way.
+
+Without CMD, spannerlock prints the token and holds the lock until SIGINT or
+SIGTERM (exit 0), or until it is lost (exit 76).
+
+Examples:
+  # One deploy at a time, across every pipeline:
+  spannerlock lock deploy -- ./deploy.sh production
+
+  # A job that must never run twice at once: skip this run if one is running
+  # (to run each scheduled slot exactly once across VMs, see run-once).
+  spannerlock lock --try sync-inventory -- ./sync.sh
+
+  # Wait at most 5 minutes; shell syntax needs --shell:
+  spannerlock lock --timeout 5m --shell db-backup -- 'pg_dump app | gzip > /backups/app.gz'
+
+  # Hold a lock by hand while you work; Ctrl-C releases it:
+  spannerlock lock maintenance`,
+		run: runLock,
+	}
+}
+
+func runLock(a *app, args []string) error {
+	return a.runHeld(args, "lock", "NAME", func(c *conn, name string) acquisition {
+		return acquisition{
+			what: "lock " + quote(name),
+			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquire(ctx, name) },
+			wait: func(ctx context.Context) (*lease.Lease, error) { return c.lease.Acquire(ctx, name) },
+			held: lockHeldBy(c, name),
+		}
+	})
+}
+
+// runHeld is lock and permit: it parses NAME and CMD with the waiting and
+// child flags, acquires what of gives for NAME, and runs CMD under it.
+func (a *app) runHeld(args []string, command, argName string, of func(c *conn, name string) acquisition) error {
+	fs := a.newFlagSet(command)
+	var (
+		wait waitFlags
+		cf   childFlags
+	)
+	wait.register(fs, true)
+	cf.register(fs)
+	name, argv, err := a.parseOne(fs, args, argName)
+	if err != nil {
+		return err
+	}
+	if err := firstError(wait.check(), cf.check(), checkName(argName, name)); err != nil {
+		return err
+	}
+	spec, err := a.prepareCommand(argv, cf.shell)
+	if err != nil {
+		return err
+	}
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	acq := of(c, name)
+	l, err := a.acquire(c, wait, acq)
+	if err != nil && acq.explain != nil {
+		err = acq.explain(err)
+	}
+	if err != nil {
+		return err
+	}
+	return a.hold(c, l, spec, cf.killAfter, leaseEnv(name, l.Token(), c.lease.HolderID()))
+}
+
+// checkName rejects what no lease can be named.
+func checkName(what, name string) error {
+	if err := lease.ValidateName(name); err != nil {
+		return usageError("%s: %v", what, err)
+	}
+	return nil
+}
+
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

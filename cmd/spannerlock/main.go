@@ -1,0 +1,256 @@
+// Command spannerlock runs any program under a Spanner lock, once per
+// schedule slot, or as the elected leader, over the same lease package Go
+// applications import. Run `spannerlock --help` for the commands.
+//
+//	go install github.com/spannerlock/terraform-provider-spannerlock/cmd/spannerlock@latest
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Exit statuses. CMD's own status passes through unchanged, so these are
+// chosen where programs rarely use them: sysexits' EX_TEMPFAIL and
+// EX_PROTOCOL for the two outcomes a caller acts on, and the shells' 126
+// and 127 for a command that cannot run.
+const (
+	exitOK = 0
+	// exitFailure: spannerlock could not do its part (Spanner unreachable,
+	// table missing, permission denied); the message says what to do.
+	exitFailure = 1
+	// exitUsage: the command line is wrong.
+	exitUsage = 2
+	// exitNoHolder: `holder` found nobody holding the name.
+	exitNoHolder = 3
+	// exitNotAcquired: --try found the name held, or --timeout passed.
+	exitNotAcquired = 75
+	// exitLost: the lease was lost while CMD ran; CMD was stopped.
+	exitLost = 76
+	// exitCannotRun and exitNotFound: CMD could not be started.
+	exitCannotRun = 126
+	exitNotFound  = 127
+)
+
+// version is set by the release build; `go install` builds report the
+// module version instead.
+var version = ""
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == reaperArg {
+		os.Exit(reaperMain(os.Args[2:]))
+	}
+	a := newApp(os.Stdout, os.Stderr)
+	os.Exit(a.main(os.Args[1:]))
+}
+
+// app is one invocation of spannerlock.
+type app struct {
+	stdout, stderr io.Writer
+	// environ is the environment spannerlock started with: CMD gets it
+	// plus the SPANNERLOCK_* variables, and nothing spannerlock set for
+	// itself.
+	environ []string
+	global  globalFlags
+	sigs    *signals
+	// command is the name of the command being run.
+	command string
+	// ctx carries the span of this run, when OpenTelemetry is set up, to
+	// everything the command does.
+	ctx context.Context
+	// telemetry is the OpenTelemetry SDK, set up by startTelemetry when the
+	// environment asks for it, and runSpan the span of this run.
+	telemetry *telemetry
+	runSpan   trace.Span
+}
+
+func newApp(stdout, stderr io.Writer) *app {
+	return &app{stdout: stdout, stderr: stderr, environ: os.Environ(), global: defaultGlobalFlags(), sigs: notifySignals(),
+		ctx: context.Background()}
+}
+
+// command is one subcommand: its help and what it runs.
+type command struct {
+	name    string
+	summary string
+	// synopsis lists the ways to call it, one per line.
+	synopsis string
+	// help is the description and examples after the synopsis.
+	help string
+	run  func(a *app, args []string) error
+}
+
+func commands() []*command {
+	return []*command{
+		initCommand(), lockCommand(), permitCommand(), runOnceCommand(), electCommand(),
+		holderCommand(), statusCommand(), versionCommand(),
+	}
+}
+
+func findCommand(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// main runs the command line and returns the exit status.
+func (a *app) main(args []string) int {
+	fs := a.newFlagSet("")
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, errHelp):
+		a.printOverview(a.stdout)
+		return exitOK
+	case err != nil:
+		return a.fail(usageError("%v", err))
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		a.printOverview(a.stderr)
+		return exitUsage
+	}
+	name, args := rest[0], rest[1:]
+	if name == "help" {
+		if len(args) == 0 {
+			a.printOverview(a.stdout)
+			return exitOK
+		}
+		c := findCommand(args[0])
+		if c == nil {
+			return a.fail(usageError("unknown command %q", args[0]))
+		}
+		name, args = c.name, []string{"--help"}
+	}
+	c := findCommand(name)
+	if c == nil {
+		return a.fail(usageError("unknown command %q", name))
+	}
+	a.command = c.name
+	err = c.run(a, args)
+	if errors.Is(err, errHelp) {
+		return exitOK // parse printed it
+	}
+	if err != nil {
+		var u *exitError
+		if errors.As(err, &u) && u.code == exitUsage {
+			u.command = c.name
+		}
+	}
+	code := a.fail(err)
+	a.stopTelemetry(code)
+	return code
+}
+
+// fail prints what went wrong and returns the exit status for it.
+func (a *app) fail(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var e *exitError
+	if !errors.As(err, &e) {
+		e = &exitError{code: exitFailure, err: err}
+	}
+	if e.err != nil {
+		say(a.stderr, "spannerlock: %v\n", e.err)
+	}
+	if e.code == exitUsage {
+		help := "spannerlock --help"
+		if e.command != "" {
+			help = "spannerlock " + e.command + " --help"
+		}
+		say(a.stderr, "Run '%s' for usage.\n", help)
+	}
+	return e.code
+}
+
+// exitError ends spannerlock with code, after printing err if it is not nil.
+type exitError struct {
+	code int
+	err  error
+	// command names the command whose help a usage error points to.
+	command string
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// say writes to the terminal or a pipe; a failed write has nowhere better to
+// be reported.
+func say(w io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(w, format, args...)
+}
+
+func exitWith(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode ends spannerlock with code and no message: CMD's own status.
+func exitCode(code int) error {
+	if code == exitOK {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+func usageError(format string, args ...any) error {
+	return exitWith(exitUsage, format, args...)
+}
+
+func versionCommand() *command {
+	return &command{
+		name:     "version",
+		summary:  "print spannerlock's version",
+		synopsis: "spannerlock version",
+		help:     "Prints the version of this build.",
+		run: func(a *app, args []string) error {
+			fs := a.newFlagSet("version")
+			if _, _, err := a.parse(fs, args); err != nil {
+				return err
+			}
+			say(a.stdout, "spannerlock %s\n", buildVersion())
+			return nil
+		},
+	}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// interrupted is the status of a process that a signal ended before CMD
+// started: the shells' 128+signal.
+func interrupted(sig os.Signal) error {
+	return exitWith(signalStatus(sig), "interrupted by %s before running anything", signalName(sig))
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}

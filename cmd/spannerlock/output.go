@@ -1,0 +1,44 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+// holderJSON is a lease's holder as `holder`, `status -o json` and
+// `elect --observe -o json` print it. Times are RFC 3339 in UTC, as
+// Spanner's commit timestamps record them.
+type holderJSON struct {
+	Name       string `json:"name"`
+	HolderID   string `json:"holder_id"`
+	Token      int64  `json:"token"`
+	AcquiredAt string `json:"acquired_at"`
+	RenewedAt  string `json:"renewed_at"`
+	ExpiresAt  string `json:"expires_at"`
+}
+
+func toJSON(h lease.Holder) holderJSON {
+	return holderJSON{
+		Name:       h.Name,
+		HolderID:   h.HolderID,
+		Token:      h.Token,
+		AcquiredAt: formatTime(h.AcquiredAt),
+		RenewedAt:  formatTime(h.RenewedAt),
+		ExpiresAt:  formatTime(h.ExpiresAt),
+	}
+}
+
+func quote(s string) string { return strconv.Quote(s) }
+
+func formatTime(t time.Time) string {
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// writeJSON writes v as one line.
+func writeJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,5 @@
+//go:build race && unix
+
+package main
+
+func init() { raceEnabled = true }

@@ -1,0 +1,142 @@
+//go:build unix
+
+package main
+
+import (
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+)
+
+const slot = "2026-11-23T03:00:00Z"
+
+// Three concurrent run-once calls for one slot run CMD once; all exit 0,
+// and so does a late one, without running it.
+func TestRunOnceExactlyOnce(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		script := `echo "$SPANNERLOCK_NAME $SPANNERLOCK_SLOT $SPANNERLOCK_TOKEN" >> ran; sleep 0.5`
+		var procs []*proc
+		for range 3 {
+			procs = append(procs, c.start("--poll-interval", "100ms", "run-once", "nightly", "--slot", slot, "--shell", "--", script))
+		}
+		for _, p := range procs {
+			p.expect(0)
+		}
+		c.expect(0, "run-once", "nightly", "--slot", slot, "--shell", "--", script)
+		if got := c.lines("ran"); !slices.Equal(got, []string{"nightly " + slot + " 1"}) {
+			t.Fatalf("CMD ran %d times: %q; want once, with the job, slot and token in its environment", len(got), got)
+		}
+		// Flags after JOB or before it: the same job and slot.
+		c.expect(0, "run-once", "--slot", slot, "nightly", "--", "touch", "again")
+		if c.exists("again") {
+			t.Fatal("a done slot ran again")
+		}
+	})
+}
+
+// A failed CMD leaves the slot open: run-once exits with CMD's status and a
+// later call runs the slot.
+func TestRunOnceFailureLeavesSlotOpen(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		c.expect(3, "run-once", "job", "--slot", slot, "--", "sh", "-c", "echo failed >> ran; exit 3")
+		c.expect(0, "run-once", "job", "--slot", slot, "--", "sh", "-c", "echo succeeded >> ran")
+		c.expect(0, "run-once", "job", "--slot", slot, "--", "sh", "-c", "echo again >> ran")
+		if got := c.lines("ran"); !slices.Equal(got, []string{"failed", "succeeded"}) {
+			t.Fatalf("runs: %q, want failed then succeeded", got)
+		}
+	})
+}
+
+// A call that finds the slot running waits; if the runner dies, it runs the
+// slot itself once the runner's lease expires.
+func TestRunOnceTakesOverFromDeadRunner(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		first := c.start("--ttl", "2s", "run-once", "job", "--slot", slot, "--shell", "--", "echo first >> ran; sleep 300")
+		waitFor(t, "the first run", func() bool { return c.read("ran") == "first\n" })
+		second := c.start("--ttl", "2s", "--poll-interval", "100ms", "run-once", "job", "--slot", slot, "--shell", "--", "echo second >> ran")
+		first.signal(syscall.SIGKILL)
+		first.wait()
+		second.expect(0)
+		if got := c.lines("ran"); !slices.Equal(got, []string{"first", "second"}) {
+			t.Fatalf("runs: %q, want first, then second after the first runner died", got)
+		}
+	})
+}
+
+// A runner paused past its TTL loses the slot: a waiter runs it and records
+// it as done, and the paused one, once resumed, exits 76 whether its CMD was
+// still running or had just succeeded.
+func TestRunOnceLostWhileRunning(t *testing.T) {
+	c := newCLI(t)
+	script := `echo ran >> ran; while [ ! -e go ]; do sleep 0.05; done`
+	first := c.start("--ttl", "2s", "run-once", "job", "--slot", slot, "--shell", "--", script)
+	waitFor(t, "the first run", func() bool { return len(c.lines("ran")) == 1 })
+	first.signal(syscall.SIGSTOP)
+	second := c.start("--ttl", "2s", "--poll-interval", "100ms", "run-once", "job", "--slot", slot, "--shell", "--", script)
+	waitFor(t, "the second run, once the first runner's lease expired", func() bool { return len(c.lines("ran")) == 2 })
+	if err := touch(c, "go"); err != nil {
+		t.Fatal(err)
+	}
+	second.expect(0)
+	first.signal(syscall.SIGCONT)
+	first.expect(exitLost)
+	c.expect(0, "run-once", "job", "--slot", slot, "--", "touch", "third")
+	if c.exists("third") {
+		t.Fatal("the slot ran again after the second run recorded it")
+	}
+}
+
+// A waiter gives up with 75 after --timeout while the slot runs elsewhere.
+func TestRunOnceTimeout(t *testing.T) {
+	c := newCLI(t)
+	runner := c.start("run-once", "job", "--slot", slot, "--shell", "--", "echo ready > ready; sleep 300 & wait")
+	c.waitFile("ready")
+	c.expect(exitNotAcquired, "run-once", "--timeout", "1s", "job", "--slot", slot, "--", "touch", "ran")
+	if c.exists("ran") {
+		t.Fatal("CMD ran while the slot was running elsewhere")
+	}
+	runner.signal(syscall.SIGTERM)
+	runner.expect(128 + int(syscall.SIGTERM))
+}
+
+// --every takes the current slot of a clock-aligned schedule.
+func TestRunOnceEvery(t *testing.T) {
+	c := newCLI(t)
+	before := time.Now().UTC().Truncate(time.Hour)
+	r := c.expect(0, "run-once", "hourly", "--every", "1h", "--", "sh", "-c", "echo $SPANNERLOCK_SLOT")
+	after := time.Now().UTC().Truncate(time.Hour)
+	got := strings.TrimSpace(r.stdout)
+	if got != before.Format(time.RFC3339) && got != after.Format(time.RFC3339) {
+		t.Fatalf("slot %q, want the hour that started at %s", got, before.Format(time.RFC3339))
+	}
+}
+
+func TestParseSlot(t *testing.T) {
+	now := time.Date(2026, 11, 23, 3, 17, 42, 5, time.FixedZone("CET", 3600))
+	for _, tc := range []struct {
+		slot  string
+		every time.Duration
+		want  string
+	}{
+		{"2026-11-23T03:00:00Z", 0, "2026-11-23T03:00:00Z"},
+		{"2026-11-23T04:00:00+01:00", 0, "2026-11-23T03:00:00Z"},
+		{"", time.Hour, "2026-11-23T02:00:00Z"},
+		{"", 15 * time.Minute, "2026-11-23T02:15:00Z"},
+		{"", 24 * time.Hour, "2026-11-23T00:00:00Z"},
+	} {
+		got, err := parseSlot(tc.slot, tc.every, now)
+		if err != nil || got.Format(time.RFC3339) != tc.want {
+			t.Errorf("parseSlot(%q, %s) = %v, %v; want %s", tc.slot, tc.every, got, err, tc.want)
+		}
+	}
+	if _, err := parseSlot(slot, time.Hour, now); err == nil {
+		t.Error("--slot with --every was accepted")
+	}
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+func statusCommand() *command {
+	return &command{
+		name:     "status",
+		summary:  "list every live lease and permit of the table, and its semaphores",
+		synopsis: "spannerlock status [-o table|json] [--watch] [flags]",
+		help: `
+Lists every live lease of the table (locks, semaphore permits and worker
+IDs) with its kind, holder, fencing token and expiry, then every declared
+semaphore with how many of its permits are in use, idle ones included. It
+reads through lease.Client.Holders and lease.Client.Semaphores, one
+read-only transaction each however many names the table has.
+
+With -o json it prints one object:
+
+  {"table":"locks",
+   "leases":[{"name":...,"holder_id":...,"token":...,"acquired_at":...,"renewed_at":...,"expires_at":...,"kind":"lock"}],
+   "semaphores":[{"name":"migrations","permits":3,"in_use":2}]}
+
+where each lease has the fields of 'spannerlock holder' plus its kind
+("lock", "permit" or "worker_id") and, for a permit or worker ID, its slot
+(the worker ID); a permit's name is its semaphore's. in_use counts the
+permits among the leases listed.
+
+With --watch it reads the table again every second until SIGINT (Ctrl-C)
+or SIGTERM, then exits 0. On a terminal it redraws the table in place, under
+a line saying when it was read; elsewhere (a pipe, a file) it prints each
+read in full, that line first and a blank line after. With -o json it prints
+one object per read, one per line. A read that fails after the first is
+reported (on the terminal, in place of the time of the read; elsewhere on
+stderr) and retried at the next refresh; a first read that fails ends
+spannerlock as without --watch.
+
+Examples:
+  spannerlock status
+  spannerlock status --watch
+  spannerlock status -o json | jq '.leases[] | select(.name == "deploy")'`,
+		run: runStatus,
+	}
+}
+
+type semaphoreJSON struct {
+	Name    string `json:"name"`
+	Permits int64  `json:"permits"`
+	InUse   int    `json:"in_use"`
+}
+
+// statusLeaseJSON is a lease as status lists it: the fields of holder, and
+// what kind of lease it is.
+type statusLeaseJSON struct {
+	holderJSON
+	Kind string `json:"kind"`
+	// Slot is a permit's slot or the worker ID; locks have none.
+	Slot *int64 `json:"slot,omitempty"`
+}
+
+type statusJSON struct {
+	Table      string            `json:"table"`
+	Leases     []statusLeaseJSON `json:"leases"`
+	Semaphores []semaphoreJSON   `json:"semaphores"`
+}
+
+func runStatus(a *app, args []string) error {
+	fs := a.newFlagSet("status")
+	output := outputFlag(fs, "table", "json")
+	timeout := readTimeoutFlag(fs)
+	watch := fs.Bool("watch", false, "read again every second until interrupted, redrawing in place on a terminal")
+	pos, argv, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("status takes no arguments, got %q", pos[0])
+	}
+	if err := firstError(noCommand(fs, argv), checkOutput(*output, "table", "json")); err != nil {
+		return err
+	}
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	if *watch {
+		return a.watchStatus(c, *timeout, *output)
+	}
+	var st statusJSON
+	err = a.read(c, *timeout, func(ctx context.Context) error {
+		var err error
+		st, err = readStatus(ctx, c)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if *output == "json" {
+		return writeJSON(a.stdout, st)
+	}
+	return printStatus(a.stdout, st)
+}
+
+// readStatus reads the live leases and the declared semaphores, in one
+// read-only transaction each, side by side.
+func readStatus(ctx context.Context, c *conn) (statusJSON, error) {
+	var (
+		holders []lease.Holder
+		sems    []lease.Semaphore
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		holders, err = c.lease.Holders(gctx)
+		return err
+	})
+	g.Go(func() (err error) {
+		sems, err = c.lease.Semaphores(gctx)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return statusJSON{}, err
+	}
+	return newStatus(c.table, holders, sems), nil
+}
+
+// newStatus puts the two reads together. A semaphore's permits in use are
+// counted among the leases listed, so the output adds up even when a permit
+// changed hands between the reads.
+func newStatus(table string, holders []lease.Holder, sems []lease.Semaphore) statusJSON {
+	st := statusJSON{Table: table, Leases: []statusLeaseJSON{}, Semaphores: []semaphoreJSON{}}
+	inUse := map[string]int{}
+	for _, h := range holders {
+		l := statusLeaseJSON{holderJSON: toJSON(h), Kind: h.Kind}
+		if h.Kind != lockKind {
+			l.Slot = &h.Slot
+			inUse[h.Name]++
+		}
+		st.Leases = append(st.Leases, l)
+	}
+	for _, s := range sems {
+		st.Semaphores = append(st.Semaphores, semaphoreJSON{Name: s.Name, Permits: s.Permits, InUse: inUse[s.Name]})
+	}
+	return st
+}
+
+// lockKind is lease.Holder.Kind of a lock.
+const lockKind = "lock"
+
+func printStatus(w io.Writer, st statusJSON) error {
+	var b strings.Builder
+	if len(st.Leases) == 0 {
+		say(&b, "No live leases in table %s.\n", st.Table)
+	} else {
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		say(tw, "NAME\tKIND\tHOLDER\tTOKEN\tEXPIRES\n")
+		for _, l := range st.Leases {
+			kind := l.Kind
+			if l.Slot != nil {
+				kind = fmt.Sprintf("%s %d", kind, *l.Slot)
+			}
+			expires := l.ExpiresAt
+			if t, err := time.Parse(time.RFC3339Nano, l.ExpiresAt); err == nil {
+				expires = t.Format("2006-01-02T15:04:05.000Z07:00")
+			}
+			say(tw, "%s\t%s\t%s\t%d\t%s\n", l.Name, kind, l.HolderID, l.Token, expires)
+		}
+		_ = tw.Flush() // into a strings.Builder, which cannot fail
+	}
+	if len(st.Semaphores) > 0 {
+		b.WriteString("\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		say(tw, "SEMAPHORE\tIN USE\n")
+		for _, s := range st.Semaphores {
+			say(tw, "%s\t%d of %d\n", s.Name, s.InUse, s.Permits)
+		}
+		_ = tw.Flush()
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -9,50 +9,13 @@ import (
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/chaos/record"
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 // The fault suite's short run, part of make test; make chaos runs it for
 // minutes. CHAOS_SEED replays a run's random choices.
 func TestFaultSuite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the fault suite takes a minute")
-	}
-	shared := emulator.Shared(t)
-	ctx := emulator.Context(t)
-	bin, err := BuildWorker(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		Seed:           seed(t),
-		Duration:       40 * time.Second,
-		Workers:        5,
-		Locks:          2,
-		Permits:        2,
-		SemShare:       0.3,
-		TTL:            time.Second,
-		Ambiguous:      0.02,
-		FaultInjection: true,
-		WorkerBinary:   bin,
-		Dir:            t.TempDir(),
-	}
-	if _, err := emulator.Binary(); err != nil {
-		// An emulator someone else runs (SPANNER_EMULATOR_HOST): no second
-		// one with fault injection can be started here.
-		t.Logf("no emulator binary to start one with fault injection (%v): using %s without", err, shared.Host())
-		cfg.Emulator, cfg.FaultInjection = shared, false
-		cfg.Database = emulator.Database(t, DDL()...)
-	}
-	res, err := Run(ctx, cfg)
-	if res != nil && res.History.Counters != nil {
-		t.Log("\n" + res.Report())
-	}
-	if err != nil {
-		t.Fatalf("the run could not be carried out: %v", err)
-	}
-	for _, v := range res.Violations {
-		t.Errorf("violation: %s", v)
-	}
+	res := runFaultSuite(t, lease.GoogleSQL, 50*time.Second)
 
 	// The run proves something only if it did what it claims.
 	counts := res.FaultCounts()
@@ -68,18 +31,87 @@ func TestFaultSuite(t *testing.T) {
 	if len(st.AmbiguousCommits) == 0 {
 		t.Error("no ambiguous commit was injected")
 	}
-	if cfg.FaultInjection && st.EmulatorAborts == 0 {
+	for _, kind := range []string{record.FaultRecoveryBlackhole, record.FaultRecoveryPause} {
+		if st.RecoveriesStruck[kind] == 0 {
+			t.Errorf("no compound fault struck a recovery (%s)", kind)
+		}
+	}
+	if res.Config.FaultInjection && st.EmulatorAborts == 0 {
 		t.Error("the emulator's fault injection aborted no commit")
 	}
 	if st.Committed < 100 {
 		t.Errorf("only %d guarded writes committed: too little work to judge", st.Committed)
 	}
-	if err := startedTogether(res, cfg.Workers); err != nil {
+	if err := startedTogether(res, res.Config.Workers); err != nil {
 		t.Errorf("the start-together case: %v", err)
 	}
 	if sem := countWrites(res, true); sem < 20 {
 		t.Errorf("only %d writes under semaphore permits", sem)
 	}
+}
+
+// The same suite on a PostgreSQL-dialect database, short: make test's
+// budget has room for 20 seconds more, enough for several nemeses and a few
+// dozen guarded writes; `make chaos CHAOS_DIALECT=postgresql` runs it for
+// minutes, with every nemesis.
+func TestFaultSuiteOnPostgreSQL(t *testing.T) {
+	res := runFaultSuite(t, lease.PostgreSQL, 20*time.Second)
+	if st := res.Stats(); st.Committed < 30 {
+		t.Errorf("only %d guarded writes committed: too little work to judge", st.Committed)
+	}
+	if len(res.Faults) < 4 {
+		t.Errorf("only %d faults (the start included): too few to judge", len(res.Faults))
+	}
+	if sem := countWrites(res, true); sem < 5 {
+		t.Errorf("only %d writes under semaphore permits", sem)
+	}
+}
+
+// runFaultSuite runs the suite on a database of dialect d for duration and
+// fails the test on any violation the checker reports.
+func runFaultSuite(t *testing.T, d lease.Dialect, duration time.Duration) *Result {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the fault suite takes a minute")
+	}
+	shared := emulator.Shared(t)
+	ctx := emulator.Context(t)
+	bin, err := BuildWorker(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Seed:           seed(t),
+		Dialect:        d,
+		Duration:       duration,
+		Workers:        5,
+		Locks:          2,
+		Permits:        2,
+		SemShare:       0.3,
+		TTL:            time.Second,
+		Ambiguous:      0.02,
+		FaultInjection: true,
+		WorkerBinary:   bin,
+		Dir:            t.TempDir(),
+	}
+	if _, err := emulator.Binary(); err != nil {
+		// An emulator someone else runs (SPANNER_EMULATOR_HOST): no second
+		// one with fault injection can be started here.
+		t.Logf("no emulator binary to start one with fault injection (%v): using %s without", err, shared.Host())
+		cfg.Emulator, cfg.FaultInjection = shared, false
+		cfg.Database = emulator.DatabaseIn(t, string(d), record.In(d).DDL()...)
+	}
+	res, err := Run(ctx, cfg)
+	if res != nil && res.History.Counters != nil {
+		t.Log("\n" + res.Report())
+	}
+	if err != nil {
+		t.Fatalf("the run could not be carried out: %v", err)
+	}
+	for _, v := range res.Violations {
+		t.Errorf("violation: %s", v)
+	}
+	return res
 }
 
 // The planted bug (Guard checks nothing) must make the suite fail, with the
@@ -109,7 +141,7 @@ func TestFaultSuiteCatchesThePlantedBug(t *testing.T) {
 		Nemeses:      []string{NPausePoint},
 		WorkerBinary: bin,
 		Emulator:     shared,
-		Database:     emulator.Database(t, DDL()...),
+		Database:     emulator.Database(t, record.In(lease.GoogleSQL).DDL()...),
 		Dir:          t.TempDir(),
 	})
 	if res != nil && res.History.Counters != nil {

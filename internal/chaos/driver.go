@@ -19,6 +19,7 @@ import (
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/chaos/record"
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
@@ -46,9 +47,12 @@ type Config struct {
 	WorkerBinary string
 	// Emulator to use; nil starts one (with FaultInjection) for the run.
 	Emulator *emulator.Emulator
-	// Database on Emulator, with lease.DDL(record.Table) and record.DDL()
-	// applied (tests pass one emulator.Database drops at cleanup); empty
-	// creates one.
+	// Dialect of the run's database; empty means GoogleSQL. Workers, driver
+	// and checker all speak it: their lease.Clients read it from the
+	// database, and every other statement comes from record.In(Dialect).
+	Dialect lease.Dialect
+	// Database on Emulator, with record.In(Dialect).DDL() applied (tests
+	// pass one emulator.DatabaseIn drops at cleanup); empty creates one.
 	Database string
 	// Dir receives the logs; empty means a new temporary directory.
 	Dir string
@@ -75,12 +79,11 @@ func (c Config) withDefaults() Config {
 	if c.Nemeses == nil {
 		c.Nemeses = AllNemeses
 	}
+	if c.Dialect == "" {
+		c.Dialect = lease.GoogleSQL
+	}
 	return c
 }
-
-// DDL creates what a run's database needs: the lock table and the fenced
-// resource.
-func DDL() []string { return append(lease.DDL(record.Table), record.DDL()...) }
 
 // Semaphore is the name of the run's semaphore.
 const Semaphore = "sem"
@@ -106,6 +109,7 @@ func (r *Result) OK() bool { return len(r.Violations) == 0 }
 
 type runner struct {
 	cfg       Config
+	sql       record.Spelling
 	db        *spanner.Client
 	lc        *lease.Client
 	semaphore string
@@ -134,6 +138,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		res.Dir = d
+	} else if err := os.MkdirAll(res.Dir, 0o755); err != nil {
+		return nil, err
 	}
 	e := cfg.Emulator
 	if e == nil {
@@ -150,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	db := cfg.Database
 	if db == "" {
 		var err error
-		if db, err = e.CreateDatabase(ctx, DDL()...); err != nil {
+		if db, err = e.CreateDatabaseIn(ctx, string(cfg.Dialect), record.In(cfg.Dialect).DDL()...); err != nil {
 			return nil, err
 		}
 	}
@@ -160,12 +166,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer sc.Close()
+	if err := checkDialect(ctx, sc, cfg.Dialect); err != nil {
+		return nil, err
+	}
 	lc, err := lease.NewClient(sc, record.Table, lease.WithHolderID("chaos-driver"))
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = lc.Close() }()
-	r := &runner{cfg: cfg, db: sc, lc: lc, progress: cfg.Progress}
+	r := &runner{cfg: cfg, sql: record.In(cfg.Dialect), db: sc, lc: lc, progress: cfg.Progress}
 	if cfg.Permits > 0 {
 		r.semaphore = Semaphore
 		if err := lc.SetPermits(ctx, Semaphore, cfg.Permits); err != nil {
@@ -238,6 +247,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Violations = Check(res.History)
 	return res, nil
+}
+
+// checkDialect refuses a database of another dialect than the run's, so
+// that a report never claims a dialect its run did not use.
+func checkDialect(ctx context.Context, db *spanner.Client, want lease.Dialect) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got, err := locktable.DatabaseDialect(ctx, db)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if lease.Dialect(got) != want {
+		return fmt.Errorf("chaos: database %s is %s, but the run's Dialect is %s", db.DatabaseName(), got, want)
+	}
+	return nil
 }
 
 func (r *runner) waitReady(ctx context.Context) error {
@@ -358,7 +382,7 @@ func (r *runner) collect(ctx context.Context, res *Result) error {
 			res.Build = e.Detail
 		}
 	}
-	err := r.db.Single().Query(ctx, spanner.Statement{SQL: "SELECT * FROM " + record.WritesTable}).Do(func(row *spanner.Row) error {
+	err := r.db.Single().Query(ctx, r.sql.Writes()).Do(func(row *spanner.Row) error {
 		var w record.Write
 		if err := row.ToStruct(&w); err != nil {
 			return err
@@ -369,7 +393,7 @@ func (r *runner) collect(ctx context.Context, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("chaos: reading %s: %w", record.WritesTable, err)
 	}
-	err = r.db.Single().Query(ctx, spanner.Statement{SQL: "SELECT name, value FROM " + record.CountersTable}).Do(func(row *spanner.Row) error {
+	err = r.db.Single().Query(ctx, r.sql.Counters()).Do(func(row *spanner.Row) error {
 		var name string
 		var v int64
 		if err := row.Columns(&name, &v); err != nil {

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
-
-	"github.com/spannerlock/terraform-provider-spannerlock/internal/chaos/record"
 )
 
 // Nemeses the driver schedules.
@@ -33,10 +31,19 @@ const (
 	// NAmbiguous makes a worker's next successful Commit fail with
 	// DEADLINE_EXCEEDED.
 	NAmbiguous = "ambiguous-commit"
+	// NAmbiguousBlackhole is a fault during the recovery from another: a
+	// worker's next successful Commit fails with DEADLINE_EXCEEDED, and
+	// then every RPC of its recovery (the read that would settle the
+	// outcome, the retries, the renewals) is blackholed for up to a TTL.
+	NAmbiguousBlackhole = "ambiguous-then-blackhole"
+	// NAmbiguousPause is another: a worker's next successful Commit fails
+	// with DEADLINE_EXCEEDED, and the process stops right then, before it
+	// can recover, for longer than the TTL.
+	NAmbiguousPause = "ambiguous-then-pause"
 )
 
 // AllNemeses are the nemeses a run uses unless told otherwise.
-var AllNemeses = []string{NKill, NPause, NPausePoint, NCut, NDelay, NBlackhole, NAmbiguous}
+var AllNemeses = []string{NKill, NPause, NPausePoint, NCut, NDelay, NBlackhole, NAmbiguous, NAmbiguousBlackhole, NAmbiguousPause}
 
 // Fault is one fault the run injected.
 type Fault struct {
@@ -168,8 +175,69 @@ func (n *nemesis) run(ctx context.Context, kind string, end time.Time) {
 			return
 		}
 		f.Detail = "next successful Commit reported as DEADLINE_EXCEEDED, holding " + held
+	case NAmbiguousBlackhole:
+		if err := s.command("ambiguous blackhole"); err != nil {
+			return
+		}
+		f.Detail = "next successful Commit reported as DEADLINE_EXCEEDED, then its recovery blackholed, holding " + held
+	case NAmbiguousPause:
+		n.pauseRecovery(ctx, s, &f)
 	}
 	n.r.record(f)
+}
+
+// stopOutcome is how arming a worker to stop itself ended.
+type stopOutcome int
+
+const (
+	stopReached stopOutcome = iota
+	stopTimedOut
+	stopAbandoned // the command failed or the run ended
+)
+
+// armStop sends a worker a command that makes it stop itself at its next
+// matching point, and waits until it reports having stopped, for up to six
+// TTLs.
+func (n *nemesis) armStop(ctx context.Context, s *slot, command string) (stopNote, stopOutcome) {
+	wait := make(chan stopNote, 1)
+	s.mu.Lock()
+	s.waiter = wait
+	s.mu.Unlock()
+	if err := s.command(command); err != nil {
+		return stopNote{}, stopAbandoned
+	}
+	select {
+	case note := <-wait:
+		return note, stopReached
+	case <-time.After(6 * n.r.cfg.TTL):
+		s.mu.Lock()
+		s.waiter = nil
+		s.mu.Unlock()
+		return stopNote{}, stopTimedOut
+	case <-ctx.Done():
+		return stopNote{}, stopAbandoned
+	}
+}
+
+// pauseRecovery has a worker report its next successful Commit as
+// DEADLINE_EXCEEDED and stop itself at once, and keeps it stopped for
+// longer than the TTL, so that it recovers from the ambiguous commit only
+// after its leases may have expired and been taken.
+func (n *nemesis) pauseRecovery(ctx context.Context, s *slot, f *Fault) {
+	ttl := n.r.cfg.TTL
+	note, outcome := n.armStop(ctx, s, "ambiguous pause")
+	if outcome == stopTimedOut {
+		f.Detail = "armed, but the worker committed nothing in time (it will stop at its next commit)"
+	}
+	if outcome != stopReached {
+		return
+	}
+	n.r.markStopped(s, true)
+	d := ttl + time.Duration(n.rng.Float64()*float64(ttl))
+	sleepCtx(ctx, d)
+	n.r.cont(s)
+	f.Duration = d
+	f.Detail = fmt.Sprintf("stopped in the %s after an ambiguous commit", note.op)
 }
 
 // pausePoint arms a worker's pause point, waits until it has stopped itself
@@ -184,43 +252,31 @@ func (n *nemesis) pausePoint(ctx context.Context, s *slot, f *Fault) {
 		kind = "sem"
 	}
 	n.pauses++
-	wait := make(chan stopNote, 1)
-	s.mu.Lock()
-	s.waiter = wait
-	s.mu.Unlock()
-	if err := s.command("pause " + kind); err != nil {
-		return
-	}
-	var note stopNote
-	select {
-	case note = <-wait:
-	case <-time.After(6 * ttl):
-		s.mu.Lock()
-		s.waiter = nil
-		s.mu.Unlock()
+	note, outcome := n.armStop(ctx, s, "pause "+kind)
+	if outcome == stopTimedOut {
 		f.Detail = "armed for a " + kind + ", but the worker made no guarded write with a fresh one in time (it will stop at its next)"
-		return
-	case <-ctx.Done():
+	}
+	if outcome != stopReached {
 		return
 	}
-	stopped := time.Now()
+	stoppedAt := time.Now()
 	n.r.markStopped(s, true)
 	cmd, _ := s.current()
-	for cmd != nil && processState(cmd.Process.Pid) != "T" && time.Since(stopped) < 2*time.Second {
+	for cmd != nil && processState(cmd.Process.Pid) != "T" && time.Since(stoppedAt) < 2*time.Second {
 		time.Sleep(5 * time.Millisecond)
 	}
 	f.Held = n.r.holds(ctx, note.name, note.token, f.Target)
 	since := n.r.spannerNow(ctx)
-	deadline := stopped.Add(10 * ttl)
+	deadline := stoppedAt.Add(10 * ttl)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if time.Since(stopped) > ttl+ttl/5 && n.r.rivalWrote(ctx, note.name, note.token, since) {
+		if time.Since(stoppedAt) > ttl+ttl/5 && n.r.rivalWrote(ctx, note.name, note.token, since) {
 			f.RivalWrote = true
 			break
 		}
 		sleepCtx(ctx, ttl/10)
 	}
 	n.r.cont(s)
-	f.Duration = time.Since(stopped)
+	f.Duration = time.Since(stoppedAt)
 	f.Detail = fmt.Sprintf("stopped in %s on %s token %d; held in Spanner when stopped: %v; a rival wrote meanwhile: %v",
 		note.op, note.name, note.token, f.Held, f.RivalWrote)
 }
@@ -257,7 +313,7 @@ func (r *runner) holds(ctx context.Context, name string, token int64, holder str
 // spannerNow is Spanner's clock, to compare with commit timestamps.
 func (r *runner) spannerNow(ctx context.Context) time.Time {
 	var now time.Time
-	_ = r.db.Single().Query(ctx, spanner.Statement{SQL: "SELECT CURRENT_TIMESTAMP()"}).Do(func(row *spanner.Row) error {
+	_ = r.db.Single().Query(ctx, r.sql.Now()).Do(func(row *spanner.Row) error {
 		return row.Column(0, &now)
 	})
 	return now
@@ -266,10 +322,7 @@ func (r *runner) spannerNow(ctx context.Context) time.Time {
 // rivalWrote reports whether another token's write to name committed after since.
 func (r *runner) rivalWrote(ctx context.Context, name string, token int64, since time.Time) bool {
 	found := false
-	err := r.db.Single().Query(ctx, spanner.Statement{
-		SQL:    "SELECT 1 FROM " + record.WritesTable + " WHERE name = @name AND token != @token AND committed_at > @since LIMIT 1",
-		Params: map[string]any{"name": name, "token": token, "since": since},
-	}).Do(func(*spanner.Row) error { found = true; return nil })
+	err := r.db.Single().Query(ctx, r.sql.RivalWrite(name, token, since)).Do(func(*spanner.Row) error { found = true; return nil })
 	return err == nil && found
 }
 

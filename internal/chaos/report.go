@@ -24,11 +24,14 @@ type Stats struct {
 	// and commits the emulator's fault injection aborted.
 	AmbiguousCommits map[string]int
 	EmulatorAborts   int
+	// RecoveriesStruck counts, by kind, second faults of compound nemeses
+	// that struck a worker's recovery from an ambiguous commit.
+	RecoveriesStruck map[string]int
 }
 
 // Stats computes the run's operation counts.
 func (r *Result) Stats() Stats {
-	st := Stats{AmbiguousCommits: map[string]int{}}
+	st := Stats{AmbiguousCommits: map[string]int{}, RecoveriesStruck: map[string]int{}}
 	present := map[string]bool{}
 	for _, w := range r.History.Writes {
 		present[w.Op] = true
@@ -79,6 +82,8 @@ func (r *Result) Stats() Stats {
 				st.AmbiguousCommits[tag]++
 			case record.FaultEmulatorAbort:
 				st.EmulatorAborts++
+			case record.FaultRecoveryBlackhole, record.FaultRecoveryPause:
+				st.RecoveriesStruck[e.Fault]++
 			}
 		}
 	}
@@ -104,10 +109,10 @@ func (r *Result) Report() string {
 		sem = fmt.Sprintf("semaphore %q with %d permits", Semaphore, c.Permits)
 	}
 	fmt.Fprintf(&b, "spannerlock fault suite, seed %d\n", c.Seed)
-	fmt.Fprintf(&b, "  rerun: go run ./internal/chaos/cmd/chaos -seed %d -duration %s -workers %d -locks %d -permits %d -ttl %s -emulator-faults=%v\n",
-		c.Seed, c.Duration, c.Workers, c.Locks, c.Permits, c.TTL, c.FaultInjection)
-	fmt.Fprintf(&b, "  build %s; %d workers (%d processes with restarts), %d locks, %s, TTL %s; emulator fault injection %v\n",
-		r.Build, c.Workers, r.Processes, c.Locks, sem, c.TTL, c.FaultInjection)
+	fmt.Fprintf(&b, "  rerun: go run ./internal/chaos/cmd/chaos -seed %d -dialect %s -duration %s -workers %d -locks %d -permits %d -ttl %s -emulator-faults=%v\n",
+		c.Seed, DialectName(c.Dialect), c.Duration, c.Workers, c.Locks, c.Permits, c.TTL, c.FaultInjection)
+	fmt.Fprintf(&b, "  build %s; %s database; %d workers (%d processes with restarts), %d locks, %s, TTL %s; emulator fault injection %v\n",
+		r.Build, DialectName(c.Dialect), c.Workers, r.Processes, c.Locks, sem, c.TTL, c.FaultInjection)
 	fmt.Fprintf(&b, "  ran %s (+%s to finish); logs in %s\n", c.Duration, r.End.Sub(r.Start.Add(c.Duration)).Round(100*time.Millisecond), r.Dir)
 
 	b.WriteString("\nhistories by name:\n")
@@ -142,6 +147,7 @@ func (r *Result) Report() string {
 	}
 	fmt.Fprintf(&b, "  %-22s %d (by transaction: %s)\n", "ambiguous commits", total, strings.Join(amb, ", "))
 	fmt.Fprintf(&b, "  %-22s %d\n", "emulator-injected aborts", st.EmulatorAborts)
+	fmt.Fprintf(&b, "  %-22s %d blackholed, %d paused\n", "recoveries struck", st.RecoveriesStruck[record.FaultRecoveryBlackhole], st.RecoveriesStruck[record.FaultRecoveryPause])
 	b.WriteString("  timeline:\n")
 	for _, f := range r.Faults {
 		d := ""

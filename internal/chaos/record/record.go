@@ -1,6 +1,7 @@
 // Package record is what the fault suite's worker processes and its checker
-// share: the fenced resource's schema, the rows written to it, and the
-// events a worker appends to its log, one JSON object per line.
+// share: the fenced resource's schema and the SQL that reads it, in either
+// of Spanner's dialects (Spelling), the rows written to it, and the events a
+// worker appends to its log, one JSON object per line.
 package record
 
 import (
@@ -23,27 +24,8 @@ const (
 	WritesTable   = "chaos_writes"
 )
 
-// DDL creates the resource tables (apply it with lease.DDL(Table)).
-func DDL() []string {
-	return []string{
-		`CREATE TABLE ` + CountersTable + ` (name STRING(MAX) NOT NULL, value INT64 NOT NULL) PRIMARY KEY (name)`,
-		// The key includes the commit timestamp so that an operation
-		// committed twice is two rows, which the checker then reports.
-		`CREATE TABLE ` + WritesTable + ` (
-			op_id STRING(MAX) NOT NULL,
-			committed_at TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
-			name STRING(MAX) NOT NULL,
-			sem BOOL NOT NULL,
-			token INT64 NOT NULL,
-			holder STRING(MAX) NOT NULL,
-			prev INT64 NOT NULL,
-			value INT64 NOT NULL
-		) PRIMARY KEY (op_id, committed_at)`,
-	}
-}
-
 // WritesColumns are the columns of WritesTable in Write's field order.
-var WritesColumns = []string{"op_id", "committed_at", "name", "sem", "token", "holder", "prev", "value"}
+var WritesColumns = columnNames(writesColumns)
 
 // Write is one accepted write: a row of WritesTable. A write to a lock's
 // counter is the second of two transactions (read the counter, then write
@@ -123,6 +105,11 @@ const (
 	// FaultPausePoint: the worker stopped itself (SIGSTOP) inside a guarded
 	// write, after Guard, as the driver asked.
 	FaultPausePoint = "pause-point"
+	// FaultRecoveryBlackhole and FaultRecoveryPause: the second fault of a
+	// compound nemesis struck the recovery from an ambiguous commit (Detail
+	// names the commit's transaction).
+	FaultRecoveryBlackhole = "recovery-blackhole"
+	FaultRecoveryPause     = "recovery-pause"
 )
 
 // Event is one line of a worker's log.

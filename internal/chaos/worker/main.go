@@ -104,6 +104,12 @@ type worker struct {
 	armedLock, armedSem atomic.Bool
 	// ambiguousNext is set by "ambiguous": fail the next successful Commit.
 	ambiguousNext atomic.Bool
+	// then is the second fault of a compound nemesis, set with
+	// ambiguousNext ("ambiguous blackhole", "ambiguous pause"): it strikes
+	// the recovery from the ambiguous commit.
+	then atomic.Value // string
+	// blackholeUntil holds every RPC, unsent, until then (unix nanos).
+	blackholeUntil atomic.Int64
 }
 
 func run(cfg config) error {
@@ -131,6 +137,7 @@ func run(cfg config) error {
 		option.WithoutAuthentication(),
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
 		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(w.intercept)),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(w.interceptStream)),
 	)
 	if err != nil {
 		return err
@@ -277,7 +284,7 @@ func (w *worker) write(l *lease.Lease, name string, sem bool) string {
 		// A lock's increment reads in one transaction and writes in the
 		// next: correct only under mutual exclusion.
 		_, err := w.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-			if err := l.Guard(ctx, tx); err != nil {
+			if err := guard(ctx, l, tx); err != nil {
 				return err
 			}
 			var err error
@@ -297,7 +304,7 @@ func (w *worker) write(l *lease.Lease, name string, sem bool) string {
 	var fnErr error
 	resp, err := w.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
 		fnErr = func() error {
-			if err := l.Guard(ctx, tx); err != nil {
+			if err := guard(ctx, l, tx); err != nil {
 				return err
 			}
 			w.pausePoint(l, name, op, sem)
@@ -363,6 +370,12 @@ func (w *worker) commands(r *bufio.Reader) {
 			w.armedSem.Store(true)
 		case "ambiguous":
 			w.ambiguousNext.Store(true)
+		case "ambiguous blackhole":
+			w.then.Store("blackhole")
+			w.ambiguousNext.Store(true)
+		case "ambiguous pause":
+			w.then.Store("pause")
+			w.ambiguousNext.Store(true)
 		}
 		if err != nil {
 			return
@@ -386,6 +399,9 @@ func readCounter(ctx context.Context, tx *spanner.ReadWriteTransaction, name str
 // DEADLINE_EXCEEDED, which the client does not retry) and logs the aborts
 // the emulator's fault injection causes.
 func (w *worker) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if err := w.blackholed(ctx); err != nil {
+		return err
+	}
 	if !strings.HasSuffix(method, "/Commit") {
 		return invoke(ctx, method, req, reply, cc, opts...)
 	}
@@ -403,9 +419,56 @@ func (w *worker) intercept(ctx context.Context, method string, req, reply any, c
 	forced := w.ambiguousNext.Swap(false)
 	if forced || w.float() < w.cfg.ambiguous {
 		w.log.Append(record.Event{Ev: record.EvFault, Fault: record.FaultAmbiguousCommit, Detail: tag})
+		if forced {
+			w.strikeRecovery(tag)
+		}
 		return status.Error(codes.DeadlineExceeded, "chaos: the commit was applied but its reply was lost")
 	}
 	return nil
+}
+
+// strikeRecovery applies the second fault of a compound nemesis, if one is
+// set, just as the client starts to recover from an ambiguous commit: the
+// read that would settle it, and every retry, are blackholed for up to a
+// TTL; or the process stops itself for longer than the TTL before it can
+// recover at all.
+func (w *worker) strikeRecovery(tag string) {
+	then, _ := w.then.Swap("").(string)
+	switch then {
+	case "blackhole":
+		d := w.cfg.ttl/4 + time.Duration(w.float()*float64(w.cfg.ttl))
+		w.blackholeUntil.Store(time.Now().Add(d).UnixNano())
+		w.log.Append(record.Event{Ev: record.EvFault, Fault: record.FaultRecoveryBlackhole, Detail: tag + " " + d.String()})
+	case "pause":
+		w.log.Append(record.Event{Ev: record.EvFault, Fault: record.FaultRecoveryPause, Detail: tag})
+		w.say("STOPPING - 0 recovery-of-%s", tag)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
+}
+
+// blackholed holds an RPC while a recovery blackhole lasts, and fails it
+// unsent if its deadline comes first.
+func (w *worker) blackholed(ctx context.Context) error {
+	until := time.Unix(0, w.blackholeUntil.Load())
+	d := time.Until(until)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.Error(codes.DeadlineExceeded, "chaos: blackholed during recovery")
+	}
+}
+
+func (w *worker) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if err := w.blackholed(ctx); err != nil {
+		return nil, err
+	}
+	return streamer(ctx, desc, cc, method, opts...)
 }
 
 // injectedAbort tells the emulator's injected aborts ("Transaction: N was

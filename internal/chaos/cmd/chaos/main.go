@@ -7,6 +7,7 @@
 // caught the bug, 1 when it passed the run.
 //
 //	go run ./internal/chaos/cmd/chaos -duration 5m
+//	go run ./internal/chaos/cmd/chaos -dialect postgresql -duration 5m   # on a PostgreSQL-dialect database
 //	go run ./internal/chaos/cmd/chaos -seed 42 -duration 45s   # replay a run's choices
 //	go run ./internal/chaos/cmd/chaos -planted -nemeses pause-after-guard -permits -1
 package main
@@ -30,11 +31,13 @@ func main() {
 	var (
 		cfg     chaos.Config
 		nemeses string
+		dialect string
 		planted bool
 		quiet   bool
 	)
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: pick one and print it)")
 	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long workers run")
+	flag.StringVar(&dialect, "dialect", "googlesql", "dialect of the run's database: googlesql or postgresql")
 	flag.IntVar(&cfg.Workers, "workers", 5, "worker processes")
 	flag.IntVar(&cfg.Locks, "locks", 2, "locks")
 	flag.Int64Var(&cfg.Permits, "permits", 2, "permits of the semaphore (negative: no semaphore)")
@@ -48,6 +51,11 @@ func main() {
 	flag.BoolVar(&quiet, "q", false, "do not print faults as they happen")
 	flag.Parse()
 
+	var err error
+	if cfg.Dialect, err = chaos.ParseDialect(dialect); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: -dialect:", err)
+		os.Exit(2)
+	}
 	emulator.QuietClientBanner()
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64N(1 << 31)
@@ -61,7 +69,7 @@ func main() {
 	if !quiet {
 		cfg.Progress = os.Stdout
 	}
-	fmt.Printf("chaos: seed %d\n", cfg.Seed)
+	fmt.Printf("chaos: seed %d, %s database\n", cfg.Seed, chaos.DialectName(cfg.Dialect))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

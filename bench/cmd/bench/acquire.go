@@ -33,7 +33,7 @@ func withoutRenewals(s rpcStats) float64 {
 }
 
 // acquisitions measures RPCs per uncontended acquisition and per release,
-// in this process, for both libraries.
+// in this process, for both libraries, and for spannerlock on both dialects.
 func (b *bench) acquisitions() error {
 	if err := b.spannerlockAcquisitions(); err != nil {
 		return err
@@ -41,77 +41,165 @@ func (b *bench) acquisitions() error {
 	return b.spindleAcquisitions()
 }
 
+// sample is one measured call: its RPCs (renewals left out), their methods,
+// how many were aborted, and how long the call took.
+type sample struct {
+	rpcs    float64
+	methods string
+	aborts  int64
+	latency time.Duration
+}
+
+// measure runs f and samples what counter saw meanwhile.
+func measure(counter *rpcCounter, f func() error) (sample, error) {
+	before := counter.snapshot()
+	t := time.Now()
+	err := f()
+	lat := time.Since(t)
+	d := counter.snapshot().sub(before)
+	return sample{rpcs: withoutRenewals(d), methods: d.methods(), aborts: d.aborts(), latency: lat}, err
+}
+
+// samples sums up a series of samples.
+type samples struct {
+	rpcs, latency []float64
+	aborts        int64
+	methods       map[string]int
+}
+
+func summarize(ss []sample) samples {
+	out := samples{methods: map[string]int{}}
+	for _, s := range ss {
+		out.rpcs = append(out.rpcs, s.rpcs)
+		out.latency = append(out.latency, s.latency.Seconds())
+		out.aborts += s.aborts
+		out.methods[s.methods]++
+	}
+	return out
+}
+
+// acquisitionCounts are spannerlock's acquisitions and releases on one
+// database.
+type acquisitionCounts struct {
+	// first is the first acquisition of the process on the database.
+	first sample
+	// fresh: names never used; released: names this Client released;
+	// firstContact: names another Client released, by a Client that has
+	// not seen them; dead: names whose holder process was SIGKILLed.
+	fresh, released, releases, firstContact samples
+	dead                                    []float64
+}
+
+func (a acquisitionCounts) aborts() int64 {
+	return a.fresh.aborts + a.released.aborts + a.releases.aborts + a.firstContact.aborts
+}
+
 func (b *bench) spannerlockAcquisitions() error {
-	db, err := b.newDB("spannerlock")
+	g, err := b.measureAcquisitions(lease.GoogleSQL)
 	if err != nil {
 		return err
 	}
+	b.results.row(resultRow{
+		measure: "RPCs per uncontended acquisition (name never used)", target: "≤ 2",
+		sl: num(mean(g.fresh.rpcs)), slv: mean(g.fresh.rpcs), met: met(maxOf(g.fresh.rpcs) <= 2), spv: math.NaN(),
+	})
+	b.results.row(resultRow{
+		measure: "RPCs per acquisition of a released name", target: "≤ 2",
+		sl: num(mean(g.released.rpcs)), slv: mean(g.released.rpcs), met: met(maxOf(g.released.rpcs) <= 2), sp: "no release", spv: math.NaN(),
+	})
+	b.results.row(resultRow{
+		measure: "RPCs per acquisition of an existing free name, first by this Client", target: "≤ 2",
+		sl: num(mean(g.firstContact.rpcs)) + " (once per name per Client)", slv: mean(g.firstContact.rpcs), met: met(maxOf(g.firstContact.rpcs) <= 2), spv: math.NaN(),
+	})
+	b.results.row(resultRow{
+		measure: "RPCs per acquisition after the holder died (lease expired)", target: "≤ 2",
+		sl: num(mean(g.dead)), slv: mean(g.dead), met: met(maxOf(g.dead) <= 2), spv: math.NaN(),
+	})
+	b.results.row(resultRow{
+		measure: "RPCs per release", target: "—",
+		sl: num(mean(g.releases.rpcs)), slv: mean(g.releases.rpcs), sp: "no release (Unlock only stops the loop; the row lives until it expires)", spv: math.NaN(),
+	})
+	b.results.row(resultRow{
+		measure: "uncontended acquisition latency (median)", target: "—",
+		sl: ms(median(g.fresh.latency)), slv: median(g.fresh.latency), spv: math.NaN(),
+	})
+	b.describeAcquisitions("spannerlock acquisitions", g)
+
+	p, err := b.measureAcquisitions(lease.PostgreSQL)
+	if err != nil {
+		b.results.note("spannerlock acquisitions on a PostgreSQL-dialect database: %v", err)
+		return nil
+	}
+	b.describeAcquisitions("spannerlock acquisitions on a PostgreSQL-dialect database", p)
+	b.results.compareCounts("RPCs per uncontended acquisition (name never used)", g.fresh.rpcs, p.fresh.rpcs)
+	b.results.compareCounts("RPCs per acquisition of a released name", g.released.rpcs, p.released.rpcs)
+	b.results.compareCounts("RPCs per acquisition of an existing free name, first by this Client", g.firstContact.rpcs, p.firstContact.rpcs)
+	b.results.compareCounts("RPCs per acquisition after the holder died (lease expired)", g.dead, p.dead)
+	b.results.compareCounts("RPCs per release", g.releases.rpcs, p.releases.rpcs)
+	b.results.compareCounts("RPCs of a process's first acquisition on a database (reads the dialect, inserts the Client's session row)",
+		[]float64{g.first.rpcs}, []float64{p.first.rpcs})
+	return nil
+}
+
+func (b *bench) describeAcquisitions(what string, a acquisitionCounts) {
+	b.results.detail("%s (%d each, TTL %s): new name %s RPCs (methods: %s; max %s); released name %s (%s); after the holder died %s (%v); "+
+		"release %s (%s); a second Client's first acquisition of each released name %s (%s); the process's first acquisition on the database, "+
+		"which also reads its dialect (once per process and database) and inserts the Client's session row in the same commit: %s RPCs (%s). Aborted RPCs: %d. "+
+		"Latency of TryAcquire on a new name: median %s, max %s; of Release: median %s.",
+		what, b.nAcq, b.steadyTTL, num(mean(a.fresh.rpcs)), keys(a.fresh.methods), num(maxOf(a.fresh.rpcs)), num(mean(a.released.rpcs)), keys(a.released.methods),
+		num(mean(a.dead)), list(a.dead, num), num(mean(a.releases.rpcs)), keys(a.releases.methods), num(mean(a.firstContact.rpcs)), keys(a.firstContact.methods),
+		num(a.first.rpcs), a.first.methods, a.aborts(), ms(median(a.fresh.latency)), ms(maxOf(a.fresh.latency)), ms(median(a.releases.latency)))
+}
+
+// measureAcquisitions measures spannerlock's acquisitions and releases on a
+// new database of dialect d.
+func (b *bench) measureAcquisitions(d lease.Dialect) (acquisitionCounts, error) {
+	var out acquisitionCounts
+	db, err := b.newDBIn("spannerlock", d)
+	if err != nil {
+		return out, err
+	}
 	sc, counter, err := b.newSpanner(db)
 	if err != nil {
-		return err
+		return out, err
 	}
 	defer sc.Close()
 	c, err := lease.NewClient(sc, slTable, lease.WithTTL(b.steadyTTL), lease.WithLogger(quietLogger()))
 	if err != nil {
-		return err
+		return out, err
 	}
 	defer func() { _ = c.Close() }()
 	ctx := b.ctx
 
-	type sample struct {
-		rpcs    float64
-		methods string
-		aborts  int64
-		latency time.Duration
-	}
-	measure := func(f func() error) (sample, error) {
-		before := counter.snapshot()
-		t := time.Now()
-		err := f()
-		lat := time.Since(t)
-		d := counter.snapshot().sub(before)
-		return sample{rpcs: withoutRenewals(d), methods: d.methods(), aborts: d.aborts(), latency: lat}, err
-	}
-	summarize := func(ss []sample) (rpcs []float64, lat []float64, aborts int64, methods map[string]int) {
-		methods = map[string]int{}
-		for _, s := range ss {
-			rpcs = append(rpcs, s.rpcs)
-			lat = append(lat, s.latency.Seconds())
-			aborts += s.aborts
-			methods[s.methods]++
-		}
-		return
-	}
-
-	// The Client's first acquisition also creates its session row, in the
-	// same commit.
+	// The process's first acquisition on the database also reads its
+	// dialect, and the Client's first creates its session row, in the same
+	// commit.
 	var firstLease *lease.Lease
-	first, err := measure(func() (err error) {
+	if out.first, err = measure(counter, func() (err error) {
 		firstLease, err = c.TryAcquire(ctx, "first")
 		return err
-	})
-	if err != nil {
-		return err
+	}); err != nil {
+		return out, err
 	}
 	if err := firstLease.Release(ctx); err != nil {
-		return err
+		return out, err
 	}
 	var fresh, released, releases []sample
 	held := make([]*lease.Lease, b.nAcq)
 	for i := range b.nAcq {
-		s, err := measure(func() (err error) {
+		s, err := measure(counter, func() (err error) {
 			held[i], err = c.TryAcquire(ctx, fmt.Sprintf("acq-%03d", i))
 			return err
 		})
 		if err != nil {
-			return err
+			return out, err
 		}
 		fresh = append(fresh, s)
 	}
 	for i := range b.nAcq {
-		s, err := measure(func() error { return held[i].Release(ctx) })
+		s, err := measure(counter, func() error { return held[i].Release(ctx) })
 		if err != nil {
-			return err
+			return out, err
 		}
 		releases = append(releases, s)
 	}
@@ -120,7 +208,7 @@ func (b *bench) spannerlockAcquisitions() error {
 		var out []sample
 		for i := range b.nAcq {
 			var l *lease.Lease
-			s, err := measure(func() (err error) {
+			s, err := measure(counter, func() (err error) {
 				l, err = by.TryAcquire(ctx, fmt.Sprintf("acq-%03d", i))
 				return err
 			})
@@ -135,14 +223,13 @@ func (b *bench) spannerlockAcquisitions() error {
 		return out, nil
 	}
 	if released, err = acquireReleased(c); err != nil {
-		return err
+		return out, err
 	}
 
 	// A name whose holder died: a child acquires it and is SIGKILLed; we
 	// acquire once its TTL has passed.
-	dead, err := b.spannerlockAfterDeath(db, c, counter)
-	if err != nil {
-		return err
+	if out.dead, err = b.spannerlockAfterDeath(db, c, counter); err != nil {
+		return out, err
 	}
 
 	// A Client that has never seen a name starts by inserting it, which is
@@ -152,48 +239,15 @@ func (b *bench) spannerlockAcquisitions() error {
 	// spanner.Client acquires the names the first released.
 	newcomer, err := lease.NewClient(sc, slTable, lease.WithTTL(b.steadyTTL), lease.WithLogger(quietLogger()))
 	if err != nil {
-		return err
+		return out, err
 	}
 	defer func() { _ = newcomer.Close() }()
 	firstContact, err := acquireReleased(newcomer)
 	if err != nil {
-		return err
+		return out, err
 	}
-
-	fr, fl, fa, fm := summarize(fresh)
-	rr, _, ra, rm := summarize(released)
-	xr, xl, xa, xm := summarize(releases)
-	cr, _, ca, cm := summarize(firstContact)
-	b.results.row(resultRow{
-		measure: "RPCs per uncontended acquisition (name never used)", target: "≤ 2",
-		sl: num(mean(fr)), slv: mean(fr), met: met(maxOf(fr) <= 2), spv: math.NaN(),
-	})
-	b.results.row(resultRow{
-		measure: "RPCs per acquisition of a released name", target: "≤ 2",
-		sl: num(mean(rr)), slv: mean(rr), met: met(maxOf(rr) <= 2), sp: "no release", spv: math.NaN(),
-	})
-	b.results.row(resultRow{
-		measure: "RPCs per acquisition of an existing free name, first by this Client", target: "≤ 2",
-		sl: num(mean(cr)) + " (once per name per Client)", slv: mean(cr), met: met(maxOf(cr) <= 2), spv: math.NaN(),
-	})
-	b.results.row(resultRow{
-		measure: "RPCs per acquisition after the holder died (lease expired)", target: "≤ 2",
-		sl: num(mean(dead)), slv: mean(dead), met: met(maxOf(dead) <= 2), spv: math.NaN(),
-	})
-	b.results.row(resultRow{
-		measure: "RPCs per release", target: "—",
-		sl: num(mean(xr)), slv: mean(xr), sp: "no release (Unlock only stops the loop; the row lives until it expires)", spv: math.NaN(),
-	})
-	b.results.row(resultRow{
-		measure: "uncontended acquisition latency (median)", target: "—",
-		sl: ms(median(fl)), slv: median(fl), spv: math.NaN(),
-	})
-	b.results.detail("spannerlock acquisitions (%d each, TTL %s): new name %s RPCs (methods: %s; max %s); released name %s (%s); after the holder died %s (%v); "+
-		"release %s (%s); a second Client's first acquisition of each released name %s (%s); a Client's first acquisition, which also inserts its session row in the same commit: %s RPCs (%s). Aborted RPCs: %d. "+
-		"Latency of TryAcquire on a new name: median %s, max %s; of Release: median %s.",
-		b.nAcq, b.steadyTTL, num(mean(fr)), keys(fm), num(maxOf(fr)), num(mean(rr)), keys(rm), num(mean(dead)), list(dead, num),
-		num(mean(xr)), keys(xm), num(mean(cr)), keys(cm), num(first.rpcs), first.methods, fa+ra+xa+ca, ms(median(fl)), ms(maxOf(fl)), ms(median(xl)))
-	return nil
+	out.fresh, out.released, out.releases, out.firstContact = summarize(fresh), summarize(released), summarize(releases), summarize(firstContact)
+	return out, nil
 }
 
 func keys(m map[string]int) string {

@@ -60,15 +60,19 @@ type event struct {
 
 // procStats describes the child process at one instant.
 type procStats struct {
-	Wall       int64    `json:"wall"` // unix ns
-	CPU        int64    `json:"cpu"`  // user+system ns (getrusage RUSAGE_SELF)
-	RSS        int64    `json:"rss"`  // bytes, VmRSS
-	HWM        int64    `json:"hwm"`  // bytes, VmHWM
-	HeapAlloc  uint64   `json:"heap_alloc"`
-	HeapInuse  uint64   `json:"heap_inuse"`
-	GoSys      uint64   `json:"go_sys"`
-	Goroutines int      `json:"goroutines"`
-	RPC        rpcStats `json:"rpc"`
+	Wall       int64  `json:"wall"` // unix ns
+	CPU        int64  `json:"cpu"`  // user+system ns (getrusage RUSAGE_SELF)
+	RSS        int64  `json:"rss"`  // bytes, VmRSS
+	HWM        int64  `json:"hwm"`  // bytes, VmHWM
+	HeapAlloc  uint64 `json:"heap_alloc"`
+	HeapInuse  uint64 `json:"heap_inuse"`
+	GoSys      uint64 `json:"go_sys"`
+	Goroutines int    `json:"goroutines"`
+	// Held and Lost count the spannerlock leases the child acquired whose
+	// Context is still live, and those it has lost.
+	Held int      `json:"held"`
+	Lost int      `json:"lost"`
+	RPC  rpcStats `json:"rpc"`
 }
 
 type childProc struct {
@@ -183,6 +187,16 @@ func (p *childProc) stats() procStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rss, hwm := procStatus()
+	held, lost := 0, 0
+	p.mu.Lock()
+	for _, l := range p.leases {
+		if l.Context().Err() != nil {
+			lost++
+		} else {
+			held++
+		}
+	}
+	p.mu.Unlock()
 	return procStats{
 		Wall:       now(),
 		CPU:        ru.Utime.Nano() + ru.Stime.Nano(),
@@ -192,6 +206,8 @@ func (p *childProc) stats() procStats {
 		HeapInuse:  ms.HeapInuse,
 		GoSys:      ms.Sys,
 		Goroutines: runtime.NumGoroutine(),
+		Held:       held,
+		Lost:       lost,
 		RPC:        p.counter.snapshot(),
 	}
 }

@@ -257,6 +257,8 @@ func (b *bench) failover() error {
 		if err != nil {
 			b.results.note("spindle failover at %s: %v", ttl, err)
 		}
+		b.results.failoverTrials("spannerlock", ttl, sl)
+		b.results.failoverTrials("spindle", ttl, sp)
 		b.results.row(resultRow{
 			measure: fmt.Sprintf("failover after SIGKILL of the holder, TTL %s, %d trial%s (median / max, × TTL)", ttl, len(sl), plural(len(sl))),
 			target:  "≤ 1.25×",

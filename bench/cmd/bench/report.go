@@ -30,6 +30,38 @@ type results struct {
 	rows    []resultRow
 	details []string
 	notes   []string
+	// dialects compares spannerlock's RPC counts on a GoogleSQL and on a
+	// PostgreSQL-dialect database.
+	dialects []dialectRow
+	// chart holds what results.svg draws.
+	chart chartData
+}
+
+// dialectRow is one line of the dialect comparison: a figure on each
+// dialect and whether they are the same.
+type dialectRow struct {
+	measure, googleSQL, postgreSQL, same string
+}
+
+// dialectRow records a comparison.
+func (r *results) dialectRow(x dialectRow) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dialects = append(r.dialects, x)
+}
+
+// compareCounts records an RPC count measured on each dialect (the mean of
+// its trials), which must be equal.
+func (r *results) compareCounts(measure string, googleSQL, postgreSQL []float64) {
+	g, p := mean(googleSQL), mean(postgreSQL)
+	x := dialectRow{measure: measure, googleSQL: num(g), postgreSQL: num(p), same: "yes"}
+	switch {
+	case math.IsNaN(g) || math.IsNaN(p):
+		x.same = "—"
+	case g != p || maxOf(googleSQL) != maxOf(postgreSQL):
+		x.same = fmt.Sprintf("**no**: PostgreSQL %+.2f (max %s vs %s)", p-g, num(maxOf(postgreSQL)), num(maxOf(googleSQL)))
+	}
+	r.dialectRow(x)
 }
 
 // resultRow is one line of the table. slv and spv are the comparable
@@ -89,7 +121,16 @@ func (r *results) markdown() string {
 		if met == "" {
 			met = "—"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", x.measure, or(x.target, "—"), or(x.sl, "—"), or(x.sp, "—"), ratio, met)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", x.measure, orDash(x.target), orDash(x.sl), orDash(x.sp), ratio, met)
+	}
+	if len(r.dialects) > 0 {
+		fmt.Fprintf(&b, "\n## Both dialects\n\n")
+		fmt.Fprintf(&b, "spannerlock's RPC counts measured again on a PostgreSQL-dialect database, the same way and in the same run; "+
+			"the table above is GoogleSQL throughout (spindle has no PostgreSQL support). A count that differs says **no**.\n\n")
+		fmt.Fprintf(&b, "| measure (spannerlock) | GoogleSQL | PostgreSQL | same |\n|---|---|---|---|\n")
+		for _, x := range r.dialects {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", x.measure, orDash(x.googleSQL), orDash(x.postgreSQL), orDash(x.same))
+		}
 	}
 	fmt.Fprintf(&b, "\n## Environment\n\n")
 	e := r.env
@@ -125,9 +166,10 @@ func (r *results) flags() string {
 	return " " + strings.Join(f, " ")
 }
 
-func or(s, def string) string {
+// orDash is s, or a dash for a figure there is none of.
+func orDash(s string) string {
 	if s == "" {
-		return def
+		return "—"
 	}
 	return s
 }

@@ -4,21 +4,23 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 // waiters measures the RPCs per second of a process blocked acquiring a
 // lease that another process holds, over the whole wait and after its
 // first 5 s (steady state).
 func (b *bench) waiters() error {
-	sl, err := b.waiterRate("spannerlock", 0)
+	sl, err := b.waiterRate("spannerlock", lease.GoogleSQL, 0)
 	if err != nil {
 		return err
 	}
-	fast, err := b.waiterRate("spannerlock", 250*time.Millisecond)
+	fast, err := b.waiterRate("spannerlock", lease.GoogleSQL, 250*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	sp, err := b.waiterRate("spindle", 0)
+	sp, err := b.waiterRate("spindle", lease.GoogleSQL, 0)
 	if err != nil {
 		b.results.note("spindle waiter: %v", err)
 	}
@@ -45,19 +47,56 @@ func (b *bench) waiters() error {
 	b.results.detail("Blocked waiter (holder in another process, TTL/lease %s; spannerlock poll interval default %s; spindle waiter in lock.Lock): "+
 		"spannerlock %s in the first 5 s, %s over the rest; with poll 250 ms %s, then %s; spindle %s in the first 5 s, %s over the rest.",
 		b.steadyTTL, "1s", sl.firstMethods, sl.restMethods, fast.firstMethods, fast.restMethods, sp.firstMethods, sp.restMethods)
+
+	pg, err := b.waiterRate("spannerlock", lease.PostgreSQL, 0)
+	if err != nil {
+		b.results.note("spannerlock waiter on a PostgreSQL-dialect database: %v", err)
+		return nil
+	}
+	b.results.detail("Blocked waiter on a PostgreSQL-dialect database (as above, poll interval 1s): %s in the first 5 s, %s over the rest.",
+		pg.firstMethods, pg.restMethods)
+	b.results.dialectRow(dialectRow{
+		measure:   fmt.Sprintf("RPC/s of a blocked waiter, steady state (s 5–%d of the wait; RPCs in the window)", int(b.waitFor.Seconds())),
+		googleSQL: fmt.Sprintf("%s (%d)", num(sl.steady), sl.rest.total()), postgreSQL: fmt.Sprintf("%s (%d)", num(pg.steady), pg.rest.total()),
+		same: onePerPoll(sl, pg),
+	})
+	b.results.dialectRow(dialectRow{
+		measure:   fmt.Sprintf("RPC/s of a blocked waiter, whole first %s of the wait", b.waitFor),
+		googleSQL: num(sl.whole), postgreSQL: num(pg.whole), same: "—",
+	})
 	return nil
+}
+
+// onePerPoll says whether both steady-state waiters made one RPC per poll.
+// A poll is one single-use read (ExecuteStreamingSql) and the waiter polls
+// every 1 to 1.25 poll intervals (the interval, jittered upwards by up to a
+// quarter), so one RPC per poll is a count between window/1.25 and window
+// polls, give or take the one a window boundary cuts; two RPCs per poll, or
+// another method, would fall outside.
+func onePerPoll(ws ...waitRate) string {
+	for _, w := range ws {
+		polls := w.restWall.Seconds() / lease.DefaultPollInterval.Seconds()
+		n := float64(w.rest.total())
+		if n < polls/1.25-1 || n > polls+1 || n != float64(w.rest.Calls["ExecuteStreamingSql"]) {
+			return fmt.Sprintf("**no**: %d RPCs (%s) in %.1f s is not one read per poll", w.rest.total(), w.rest.methods(), w.restWall.Seconds())
+		}
+	}
+	return "yes: one read per poll on both (the counts differ only by the poll interval's jitter)"
 }
 
 type waitRate struct {
 	whole, steady             float64
 	firstMethods, restMethods string
+	// rest is what the waiter sent in its steady state, over restWall.
+	rest     rpcStats
+	restWall time.Duration
 }
 
-// waiterRate measures a waiter of lib; poll is spannerlock's poll interval
-// (0: the default).
-func (b *bench) waiterRate(lib string, poll time.Duration) (waitRate, error) {
+// waiterRate measures a waiter of lib on a database of dialect d; poll is
+// spannerlock's poll interval (0: the default).
+func (b *bench) waiterRate(lib string, d lease.Dialect, poll time.Duration) (waitRate, error) {
 	var r waitRate
-	db, err := b.newDB(lib)
+	db, err := b.newDBIn(lib, d)
 	if err != nil {
 		return r, err
 	}
@@ -105,6 +144,7 @@ func (b *bench) waiterRate(lib string, poll time.Duration) (waitRate, error) {
 		}
 	}
 	first, rest := s5.RPC.sub(s0.RPC), s1.RPC.sub(s5.RPC)
+	r.rest, r.restWall = rest, nanosToDur(s1.Wall-s5.Wall)
 	r.whole = float64(s1.RPC.sub(s0.RPC).total()) / nanosToDur(s1.Wall-s0.Wall).Seconds()
 	r.steady = float64(rest.total()) / nanosToDur(s1.Wall-s5.Wall).Seconds()
 	r.firstMethods = fmt.Sprintf("%d RPCs (%s; aborted %d)", first.total(), first.methods(), first.aborts())

@@ -104,6 +104,14 @@ func (n *SnowflakeNode) Generate() (snowflake.ID, error) {
 	return id, nil
 }
 
+// SnowflakeTime returns when a snowflake ID was issued, to the millisecond.
+// Use it rather than snowflake.ID.Time, which is deprecated upstream and
+// reads package variables that snowflake.NewNode rewrites, so calling it
+// while another goroutine runs Snowflake is a data race.
+func SnowflakeTime(id snowflake.ID) time.Time {
+	return time.UnixMilli(int64(id)>>(snowflake.NodeBits+snowflake.StepBits) + snowflake.Epoch)
+}
+
 // waitPastTick sleeps until the wall clock has left the tick that holds
 // notBefore, so that a generator's first ID carries a later tick than any
 // ID issued up to notBefore.

@@ -3,6 +3,8 @@ package idgen
 import (
 	"testing"
 	"time"
+
+	"github.com/bwmarrin/snowflake"
 )
 
 // A generator started right after a mark must not issue IDs in the mark's
@@ -17,3 +19,16 @@ func TestWaitPastTickLeavesTheMarksTick(t *testing.T) {
 	}
 }
 
+// SnowflakeTime reads the time an ID was issued from the ID alone.
+func TestSnowflakeTimeIsWhenTheIDWasIssued(t *testing.T) {
+	node, err := snowflake.NewNode(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().Truncate(time.Millisecond)
+	id := node.Generate()
+	after := time.Now()
+	if at := SnowflakeTime(id); at.Before(before) || at.After(after) {
+		t.Fatalf("SnowflakeTime = %s, want between %s and %s", at.Format(time.StampMilli), before.Format(time.StampMilli), after.Format(time.StampMilli))
+	}
+}

@@ -102,27 +102,33 @@ func (s *session) rotate(leases []*Lease, n int) []*Lease {
 // clearing the let-goes it finds still held. If the session expired in
 // Spanner, every lease is lost; if the transaction fails, nothing is
 // concluded and nothing extended.
-func (c *Client) renew(s *session, leases []*Lease, gos []letGo) (err error) {
+func (c *Client) renew(s *session, leases []*Lease, gos []letGo) error {
 	ctx, cancel := context.WithTimeout(c.background, c.cfg.renewTimeout())
 	defer cancel()
 	ctx, span := c.tel.start(ctx, "Renew", attrLeases.Int(len(leases)))
 	began := time.Now()
-	defer func() {
-		c.tel.renewed(ctx, time.Since(began))
-		outcome := "renewed"
-		if err != nil {
-			outcome = resultError
-		}
-		end(span, outcome, err)
-	}()
 	out, err := c.sync(ctx, s, leases, gos, renewSession, "spannerlock-renew")
 	var gone errSessionGone
+	sessionGone := errors.As(err, &gone)
+	if sessionGone {
+		err = nil // a finding, not a failure: its leases are lost below
+	} else if err != nil {
+		err = c.explain(err)
+	}
+	// The renewal is recorded before any lease it finds lost ends, so
+	// whoever watches a lease's Context finds the renewal recorded too.
+	c.tel.renewed(ctx, time.Since(began))
+	outcome := "renewed"
+	if err != nil {
+		outcome = resultError
+	}
+	end(span, outcome, err)
 	switch {
-	case errors.As(err, &gone):
+	case sessionGone:
 		c.endSession(s, lossSessionGone, "a renewal found its session expired in Spanner")
 		return nil
 	case err != nil:
-		return c.explain(err)
+		return err
 	}
 	s.extend(out.sent)
 	for _, l := range leases {

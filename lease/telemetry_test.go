@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/spanner"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -212,6 +213,42 @@ func TestMetricsAndSpansOfAcquireRefusalWaitLossAndRelease(t *testing.T) {
 		}
 		if o.span(t, "spannerlock.Renew") == nil {
 			t.Fatal("no renewal span")
+		}
+	})
+}
+
+// A loss counts under the reason that ended the lease: its session gone from
+// Spanner, or no renewal confirmed before the local deadline.
+func TestLossReasonsSessionGoneAndDeadline(t *testing.T) {
+	eachDialectInTurn(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		o := observe(t)
+		reason := func(r string) attribute.KeyValue { return attribute.String("spannerlock.reason", r) }
+
+		a := newClient(t, db, append(o.opts, lease.WithTTL(2*time.Second))...)
+		gone := mustAcquire(t, ctx, a, "gone")
+		sc := emulator.Client(t, db)
+		_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+			_, err := tx.Update(ctx, spanner.Statement{SQL: "DELETE FROM locks_sessions WHERE TRUE"})
+			return err
+		})
+		fatalIf(t, err, "delete the session row")
+		waitDone(t, gone.Context(), "a lease whose session row was deleted")
+		if n := o.sum(t, "spannerlock.lease.losses", tableLocks, kindLock, reason("session_gone")); n != 1 {
+			t.Fatalf("losses{session_gone} = %d, want 1", n)
+		}
+
+		holderSC := emulator.Client(t, db)
+		b := newClientWith(t, holderSC, append(o.opts, lease.WithTTL(2*time.Second))...)
+		cut := mustAcquire(t, ctx, b, "cut")
+		holderSC.Close() // renewals fail from here on
+		waitDone(t, cut.Context(), "a lease that can no longer be renewed")
+		if n := o.sum(t, "spannerlock.lease.losses", tableLocks, kindLock, reason("deadline")); n != 1 {
+			t.Fatalf("losses{deadline} = %d, want 1", n)
+		}
+		if n := o.sum(t, "spannerlock.lease.held", tableLocks, kindLock); n != 0 {
+			t.Fatalf("held = %d after both losses, want 0", n)
 		}
 	})
 }

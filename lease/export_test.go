@@ -18,5 +18,6 @@ func EndedAt(l *Lease) time.Time {
 	return l.endedAt
 }
 
-// CallTimeout is the bound on a Client's database calls.
-func CallTimeout(c *Client) time.Duration { return c.cfg.callTimeout() }
+// MaxCallTimeout is the furthest deadline of any database call a Client
+// makes on its own.
+const MaxCallTimeout = maxCallTimeout

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 // fault is what happens to one RPC, as a network does it.
@@ -57,8 +59,8 @@ func notRenewals(r rpc) bool { return r.tag != "spannerlock-renew" }
 
 // maxBound is the furthest deadline any RPC of the lease package may have:
 // every call is bounded by the Client (at most 10s), never by the Spanner
-// client's defaults (up to an hour for a commit).
-const maxBound = 15 * time.Second
+// client's defaults (up to an hour for a commit) nor by a test's context.
+const maxBound = lease.MaxCallTimeout
 
 // faults injects failures into the data-plane RPCs of one spanner.Client
 // (session management is left alone). Armed, it counts the RPCs a filter

@@ -35,7 +35,9 @@ func (c *Client) observe(ctx context.Context, name string, ch chan<- Holder) {
 		err := c.prepare(ctx)
 		var r row
 		if err == nil {
-			r, err = readRow(ctx, c.db.Single(), c.sql, name, "")
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
+			r, err = readRow(rctx, c.db.Single(), c.sql, name, "")
+			cancel()
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && c.background.Err() == nil:

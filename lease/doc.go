@@ -70,9 +70,12 @@
 // to stop work. Every lease has a local deadline: the Client counts only
 // writes of its session row that it saw commit, and when the outcome of the
 // commit that would create the row is unknown, it abandons that session
-// (writing it as expired) and starts a new one rather than guess. A lease
-// acquired after the Client held nothing for a while renews the idle session
-// in the same transaction, so it starts with close to a full TTL.
+// (writing it as expired) and starts a new one rather than guess. No lease
+// starts with less than half a TTL before its local deadline: an
+// acquisition into a session with less left (a Client that held nothing for
+// a while) renews the session in the same transaction, which gives it a
+// full TTL; a session with more left is kept so by the renewals of the
+// Client's other leases.
 //
 // No false alarms. A failed renewal (one lost RPC, an abort, a brief outage)
 // is retried with backoff until the local deadline; the Context is cancelled
@@ -200,16 +203,20 @@
 // transactions.
 //
 // The early loss signal (a lease's Context ends before a rival can acquire)
-// also assumes that the holder's monotonic clock does not run more than 10%
-// slow against Spanner's over one TTL, and that the holder's timers are not
-// delayed, nor the process paused, by more than the safety margin (TTL/10);
-// a process resumed after a longer pause must check its Context or use Guard
-// before acting, which is what fencing tokens are for. WorkerID.Use checks
+// also assumes that two things together stay within the safety margin
+// (TTL/10): how far the holder's monotonic clock falls behind Spanner's over
+// one TTL, and how late the holder's timers fire or how long the process is
+// paused. A clock 10% slow uses the whole margin by itself; one within 1%
+// (any healthy clock) leaves 9% of the TTL for delays. A process resumed
+// after a longer pause must check its Context or use Guard before acting,
+// which is what fencing tokens are for. WorkerID.Use checks
 // the deadline itself rather than trust the timer.
 //
 // Worker IDs never go back in time whatever the offset between the wall
 // clocks of successive holders: each waits until its own clock passes its
 // predecessor's mark, taken by the predecessor's clock. This assumes a
-// holder's wall clock does not step, forward or back, by more than the
-// safety margin (TTL/10) while it holds the ID.
+// holder's wall clock does not step forward by more than the safety margin
+// (TTL/10), nor step back at all, while it holds the ID: a release records
+// the wall clock at that moment, which a backward step would put before IDs
+// already issued. Slewing (NTP's gradual correction) is not a step.
 package lease

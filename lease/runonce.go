@@ -11,7 +11,9 @@ import (
 
 // RunOnce runs fn for one slot of a schedule (job "report", slot 03:00 UTC
 // today) on exactly one of the replicas that call it, and records success so
-// that no replica runs that slot again, however late it arrives.
+// that no replica runs that slot again, however late it arrives, for as long
+// as the slot's row is kept: a table with cleanup_after deletes it that long
+// after the slot was last touched, and a call after that runs the slot again.
 //
 // The replica that takes the slot's lock runs fn under the lock's Context and
 // returns (true, nil) once success is recorded. When fn fails, its error is

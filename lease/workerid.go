@@ -22,8 +22,8 @@ const MaxWorkerIDs = 1 << 16
 // passed that mark (NotBefore), so the timestamps in its IDs are later than
 // any of the previous holder's, whatever the offset between the two
 // machines' clocks. This assumes a holder's wall clock does not step forward
-// by more than the safety margin (TTL/10) while it holds the ID; generators
-// round the wait up to their tick (package idgen does).
+// by more than the safety margin (TTL/10), nor back at all, while it holds
+// the ID; generators round the wait up to their tick (package idgen does).
 type WorkerID struct {
 	l *Lease
 }

@@ -16,8 +16,10 @@ func runOnceCommand() *command {
 spannerlock run-once [flags] JOB --every INTERVAL -- CMD [ARGS...]`,
 		help: `
 Runs CMD for one slot of JOB's schedule exactly once to success, however many
-processes call run-once with the same JOB and slot, and however late they come.
-Schedule it on every machine (cron, systemd timers); one of them runs it.
+processes call run-once with the same JOB and slot, and however late they come
+(in a table with cleanup_after, until the slot's row is deleted that long after
+its last use). Schedule it on every machine (cron, systemd timers); one of them
+runs it.
 
   - The first process to take the slot runs CMD and, if CMD succeeds, records
     the slot as done.

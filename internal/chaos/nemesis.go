@@ -34,7 +34,8 @@ const (
 	// NAmbiguousBlackhole is a fault during the recovery from another: a
 	// worker's next successful Commit fails with DEADLINE_EXCEEDED, and
 	// then every RPC of its recovery (the read that would settle the
-	// outcome, the retries, the renewals) is blackholed for up to a TTL.
+	// outcome, the retries, the renewals) is blackholed for a quarter of a
+	// TTL to a TTL and a quarter.
 	NAmbiguousBlackhole = "ambiguous-then-blackhole"
 	// NAmbiguousPause is another: a worker's next successful Commit fails
 	// with DEADLINE_EXCEEDED, and the process stops right then, before it

@@ -420,7 +420,7 @@ func TestCleanupSeedsTokensFromTheClockAndStaysSeeded(t *testing.T) {
 			t.Fatal(err)
 		}
 		if token < before.Add(-time.Hour).UnixMicro() || token > time.Now().Add(time.Hour).UnixMicro() {
-			t.Fatalf("first token under cleanup = %d, want the commit time in microseconds (about %d)", token, before.UnixMicro())
+			t.Fatalf("first token under cleanup = %d, want Spanner's clock in microseconds (about %d)", token, before.UnixMicro())
 		}
 
 		// Turning cleanup off drops the policy but keeps the clock seed.

@@ -12,11 +12,11 @@ type Options struct {
 	// CleanupAfter, when positive, has Spanner delete lock rows whose
 	// renewed_at is older than this (a whole number of days). The runtime
 	// stamps the row of every lock it holds at least hourly, so a held lock
-	// is never deleted. Deleting a row would lose its token
-	// counter, so cleanup also makes a name's first token the commit time in
-	// microseconds: a name whose row was deleted resumes above every token it
-	// had, because tokens grow by one per acquisition, far slower than that
-	// clock. The clock stays the token default once set, even if cleanup is
+	// is never deleted. Deleting a row would lose its token counter, so
+	// cleanup also makes a name's first token Spanner's clock
+	// (CURRENT_TIMESTAMP) in microseconds: a name whose row was deleted
+	// resumes above every token it had, because tokens grow by one per
+	// acquisition, far slower than that clock. The clock stays the token default once set, even if cleanup is
 	// turned off, because deleted names must still resume above their tokens.
 	CleanupAfter time.Duration
 }

@@ -76,7 +76,7 @@ const (
 	OtherDefault
 	// FirstToken starts a name's tokens at 1.
 	FirstToken
-	// ClockToken starts a name's tokens at the commit time in microseconds
+	// ClockToken starts a name's tokens at Spanner's clock in microseconds
 	// since the Unix epoch (see Options.CleanupAfter).
 	ClockToken
 )
@@ -185,8 +185,10 @@ var versions = [][]change{
 					// session_id identifies the Client that holds the lease; NULL
 					// once released. Renewals compare-and-set on it.
 					{Name: "session_id", Type: stringOf(64)},
-					// ttl_ms is the TTL the holder acquired with; every reader
-					// judges expiry by it, not by its own setting.
+					// ttl_ms is the TTL the holder acquired with. Up to version
+					// 2 readers judged expiry by it; from version 3 they judge
+					// by the session's ttl_ms, and this one is written but no
+					// longer read.
 					{Name: "ttl_ms", Type: int64Type},
 					{Name: "acquired_at", Type: timestampType, CommitTimestamp: true},
 					{Name: "renewed_at", Type: timestampType, CommitTimestamp: true},

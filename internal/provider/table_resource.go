@@ -112,7 +112,7 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				MarkdownDescription: "Delete the table's rows not renewed for this long, as a whole number of days " +
 					"(`\"30d\"` or `\"720h\"`). Installs a Spanner row deletion policy on `renewed_at`, which the runtime " +
 					"stamps at least hourly on every lock it holds, so a held lock is never deleted; and makes new names' " +
-					"tokens start at the commit time in microseconds, so a deleted name resumes above every token it had. " +
+					"tokens start at Spanner's clock in microseconds, so a deleted name resumes above every token it had. " +
 					"Unset means rows are kept forever. The sessions table has its own fixed policy of 2 days either way.",
 				Validators: []validator.String{cleanupPeriod()},
 			},

@@ -429,8 +429,8 @@ func (w *worker) intercept(ctx context.Context, method string, req, reply any, c
 
 // strikeRecovery applies the second fault of a compound nemesis, if one is
 // set, just as the client starts to recover from an ambiguous commit: the
-// read that would settle it, and every retry, are blackholed for up to a
-// TTL; or the process stops itself for longer than the TTL before it can
+// read that would settle it, and every retry, are blackholed for TTL/4 to
+// 5·TTL/4; or the process stops itself for longer than the TTL before it can
 // recover at all.
 func (w *worker) strikeRecovery(tag string) {
 	then, _ := w.then.Swap("").(string)

@@ -74,8 +74,8 @@
 // starts with less than half a TTL before its local deadline: an
 // acquisition into a session with less left (a Client that held nothing for
 // a while) renews the session in the same transaction, which gives it a
-// full TTL; a session with more left is kept so by the renewals of the
-// Client's other leases.
+// full TTL; a session with more left is renewed on the Client's schedule,
+// well before that deadline.
 //
 // No false alarms. A failed renewal (one lost RPC, an abort, a brief outage)
 // is retried with backoff until the local deadline; the Context is cancelled
@@ -209,8 +209,8 @@
 // paused. A clock 10% slow uses the whole margin by itself; one within 1%
 // (any healthy clock) leaves 9% of the TTL for delays. A process resumed
 // after a longer pause must check its Context or use Guard before acting,
-// which is what fencing tokens are for. WorkerID.Use checks
-// the deadline itself rather than trust the timer.
+// which is what fencing tokens are for. WorkerID.Use checks the deadline
+// itself rather than trust the timer.
 //
 // Worker IDs never go back in time whatever the offset between the wall
 // clocks of successive holders: each waits until its own clock passes its

@@ -16,8 +16,9 @@ type Options struct {
 	// cleanup also makes a name's first token Spanner's clock
 	// (CURRENT_TIMESTAMP) in microseconds: a name whose row was deleted
 	// resumes above every token it had, because tokens grow by one per
-	// acquisition, far slower than that clock. The clock stays the token default once set, even if cleanup is
-	// turned off, because deleted names must still resume above their tokens.
+	// acquisition, far slower than that clock. The clock stays the token
+	// default once set, even if cleanup is turned off, because deleted names
+	// must still resume above their tokens.
 	CleanupAfter time.Duration
 }
 

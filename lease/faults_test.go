@@ -60,8 +60,10 @@ func renewals(r rpc) bool { return r.tag == "spannerlock-renew" }
 // and the emulator aborts a renewal whenever another transaction is open,
 // so such a retry is as likely a renewal's as the operation's. Counting it
 // let a fault planned for an operation's next RPC strike a renewal instead.
-func notRenewals(r rpc) bool {
-	return r.tag != "spannerlock-renew" && !(r.tag == "" && strings.HasSuffix(r.method, "/BeginTransaction"))
+func notRenewals(r rpc) bool { return r.tag != "spannerlock-renew" && !untaggedBegin(r) }
+
+func untaggedBegin(r rpc) bool {
+	return r.tag == "" && strings.HasSuffix(r.method, "/BeginTransaction")
 }
 
 // maxBound is the furthest deadline any RPC of the lease package may have:

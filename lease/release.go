@@ -146,7 +146,9 @@ func (c *Client) letGoNow(ctx context.Context, s *session, g letGo, op string) (
 	}
 	switch {
 	case rerr == nil && r.heldBy(s.id, g.token):
-	case rerr == nil && g.complete && !r.completed:
+	case rerr == nil && g.complete && !r.completedWith(g.token):
+		// Not completed under this lease: not at all, or by a holder that
+		// took the slot after this lease was lost.
 		return outcomeLost, fmt.Errorf("lease: %s: %w", op, lostError(g.name, g.token, "it expired or was taken before "+op))
 	case rerr == nil:
 		announceRelease(c.signalPrefix + g.name)

@@ -79,6 +79,11 @@ func (r row) heldBy(session string, token int64) bool {
 	return r.live && r.sessionID.StringVal == session && r.token.Int64 == token
 }
 
+// completedWith reports whether a RunOnce slot was recorded as done under
+// token. A completed slot is never acquired again, so its token is the
+// completer's.
+func (r row) completedWith(token int64) bool { return r.completed && r.token.Int64 == token }
+
 // notBefore is when a worker ID's previous holder stopped using it: its
 // release, or, if it never released, its session's last mark.
 func (r row) notBefore() time.Time {

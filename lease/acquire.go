@@ -4,54 +4,94 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/spanner"
 	"google.golang.org/grpc/codes"
 )
 
-// TryAcquire acquires the named lease if no one holds it, in one read-write
-// transaction. When a live holder has it, including this Client (leases are
-// not re-entrant), the error matches ErrNotAcquired; when another Client
-// holds it, the error is a *HeldError naming the holder. When Spanner could
-// not answer, the error is Spanner's and does not match ErrNotAcquired. A
-// returned lease is live: if its session ended while it was acquired,
-// TryAcquire tries again with a new one.
+// TryAcquire acquires the named lease if no one holds it and no one waits
+// in line for it, in one read-write transaction. When a live holder has it,
+// including this Client (leases are not re-entrant), or live waiters are in
+// line, the error matches ErrNotAcquired; when another Client holds it, the
+// error is a *HeldError naming the holder. When Spanner could not answer,
+// the error is Spanner's and does not match ErrNotAcquired. A returned
+// lease is live: if its session ended while it was acquired, TryAcquire
+// tries again with a new one.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: TryAcquire: %w", err)
 	}
-	return c.acquire(ctx, "TryAcquire", lockTarget{lockName: name}, newAcquireConfig(opts), true)
+	return c.acquireOne(ctx, "TryAcquire", lockTarget{lockNames: []string{name}}, opts, true)
 }
 
-// Acquire blocks until it holds the named lease or ctx ends. While another
-// process holds the lease it reads the lease row after 25ms, then at
-// doubling intervals up to the poll interval, and sooner when the holder's
-// lease is due to expire; a Release in this process wakes it at once.
+// Acquire blocks until it holds the named lease or ctx ends. Waiters are
+// served first come, first served, across processes: when the lease is
+// held, or others wait for it, Acquire joins the line (a row in Spanner
+// that lives as long as its Client's session), and a Release hands the
+// lease to the first live waiter in the releasing transaction. While it
+// waits it reads its line after 25ms, then at doubling intervals up to the
+// poll interval, and sooner when the holder's lease is due to expire; a
+// Release in this process wakes it at once.
 //
-// When ctx ends first, the error wraps ctx.Err() and says what the last look
-// at Spanner found: if the lease was held, the error also matches
-// ErrNotAcquired (a *HeldError names the holder); if Spanner could not be
-// reached, it wraps that error instead, and does not match ErrNotAcquired.
+// When ctx ends first, Acquire leaves the line and returns a *WaitError
+// wrapping ctx.Err() and what the last look at Spanner found: if the lease
+// was held, the error also matches ErrNotAcquired (a *HeldError names the
+// holder); if Spanner could not be reached, it wraps that error instead,
+// and does not match ErrNotAcquired.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: Acquire: %w", err)
 	}
-	return c.acquire(ctx, "Acquire", lockTarget{lockName: name}, newAcquireConfig(opts), false)
+	return c.acquireOne(ctx, "Acquire", lockTarget{lockNames: []string{name}}, opts, false)
 }
 
-// acquire takes t, once when try is set, else retrying and waiting until it
+// AcquireShared blocks until it holds the named lease shared (a reader):
+// many readers hold a name at once, and no writer (Acquire) while they do.
+// Readers and writers wait in one line in the order they came, so a writer
+// is not starved by readers that keep coming. A shared lease has its own
+// token, larger than every earlier holding of the name, and Guard checks
+// it as for any lease. Errors are Acquire's.
+func (c *Client) AcquireShared(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	if err := validateName("lease name", name); err != nil {
+		return nil, fmt.Errorf("lease: AcquireShared: %w", err)
+	}
+	return c.acquireOne(ctx, "AcquireShared", lockTarget{lockNames: []string{name}, shared: true}, opts, false)
+}
+
+// TryAcquireShared holds the named lease shared if no writer holds it and
+// no writer waits in line for it; otherwise the error matches
+// ErrNotAcquired.
+func (c *Client) TryAcquireShared(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	if err := validateName("lease name", name); err != nil {
+		return nil, fmt.Errorf("lease: TryAcquireShared: %w", err)
+	}
+	return c.acquireOne(ctx, "TryAcquireShared", lockTarget{lockNames: []string{name}, shared: true}, opts, true)
+}
+
+// acquireOne is acquire for a target of one name.
+func (c *Client) acquireOne(ctx context.Context, op string, t target, opts []AcquireOption, try bool) (*Lease, error) {
+	leases, err := c.acquire(ctx, op, t, newAcquireConfig(opts), try)
+	if err != nil {
+		return nil, err
+	}
+	return leases[0], nil
+}
+
+// acquire takes t, once when try is set, else waiting in line until it
 // holds t or ctx ends. op names the public call, for its span; the call
 // counts once in the metrics, when it ends.
-func (c *Client) acquire(ctx context.Context, op string, t target, cfg acquireConfig, try bool) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, op string, t target, cfg acquireConfig, try bool) ([]*Lease, error) {
 	began := time.Now()
-	sctx, span := c.tel.start(ctx, op, attrName.String(t.name()), attrKind.String(t.kind()))
-	l, err := c.acquireOrWait(sctx, t, cfg, try)
+	sctx, span := c.tel.start(ctx, op, attrName.String(strings.Join(t.names(), ",")), attrKind.String(t.kind()))
+	leases, err := c.acquireOrWait(sctx, t, cfg, try)
 	result := c.tel.acquired(ctx, t.kind(), try, began, err)
-	if l != nil {
-		span.SetAttributes(attrToken.Int64(l.token))
-		if l.slot != lockSlot {
-			span.SetAttributes(attrSlot.Int64(l.slot))
+	if len(leases) == 1 {
+		span.SetAttributes(attrToken.Int64(leases[0].token))
+		if leases[0].slot != lockSlot {
+			span.SetAttributes(attrSlot.Int64(leases[0].slot))
 		}
 	}
 	if result == resultError {
@@ -59,41 +99,125 @@ func (c *Client) acquire(ctx context.Context, op string, t target, cfg acquireCo
 	} else {
 		end(span, result, nil)
 	}
-	return l, err
+	return leases, err
 }
 
-func (c *Client) acquireOrWait(ctx context.Context, t target, cfg acquireConfig, try bool) (*Lease, error) {
-	w := waiter{c: c, name: t.name()}
+// acquireOrWait takes t, holding this Client's claim on its names
+// throughout: a Client waits in a line once per name.
+func (c *Client) acquireOrWait(ctx context.Context, t target, cfg acquireConfig, try bool) ([]*Lease, error) {
+	if err := c.st.prepare(ctx); err != nil {
+		return nil, err
+	}
+	w := waiter{c: c, name: strings.Join(t.names(), ",")}
 	for {
-		l, err := c.acquireOnce(ctx, t, cfg)
-		if err == nil {
-			return l, nil
+		wait, err := c.reserve(t)
+		switch {
+		case err != nil:
+			return nil, err
+		case wait == nil:
+		case try:
+			return nil, fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, w.name)
+		default:
+			if err := w.sleep(ctx, wait, 0); err != nil {
+				return nil, err
+			}
+			continue
 		}
+		leases, err := c.inLine(ctx, &w, t, cfg, try)
+		if len(leases) == 0 {
+			c.unreserve(t)
+		}
+		return leases, err
+	}
+}
+
+// inLine acquires t for a caller that holds its names' claim: an attempt,
+// and for a blocking call, a place in line and the wait for its turn or
+// for a release to hand it t.
+func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireConfig, try bool) ([]*Lease, error) {
+	var place *queueKey
+	var placed *session
+	defer func() {
+		if place != nil {
+			c.keeper.waiting(t, -1)
+		}
+	}()
+	leave := func() {
+		if place != nil {
+			c.keeper.waiting(t, -1)
+			c.leaveLine(ctx, t, placed)
+			place, placed = nil, nil
+		}
+	}
+	for {
+		if place != nil && placed.isEnded() {
+			// A place held by an ended session is gone with it.
+			leave()
+		}
+		leases, at, s, err := c.acquireOnce(ctx, t, cfg, place, !try)
 		var b *busy
 		switch {
+		case err == nil:
+			return leases, nil
+		case errors.Is(err, errQueued):
+			if place == nil {
+				c.keeper.waiting(t, 1)
+			}
+			place, placed = &queueKey{at: at, session: s.id}, s
+			err = nil
 		case errors.Is(err, ErrClosed), errors.Is(err, errCompleted), errors.Is(err, ErrTooManyFailures):
+			leave()
 			return nil, err
 		case ctx.Err() != nil:
 			if errors.As(err, &b) {
 				w.saw(err) // Spanner answered before ctx ended
 			}
+			leave()
 			return nil, w.gaveUp(ctx)
 		case errors.Is(err, errReaped):
 			continue
 		case try:
 			return nil, err
 		case errors.As(err, &b):
+			// In line, and not yet its turn after all; or (not in line) the
+			// attempt could not queue: it sleeps and tries again.
 			w.saw(err)
-			err = w.untilFree(ctx, t, b)
+			err = nil
+			if place == nil {
+				err = w.sleep(ctx, nil, b.expiresIn)
+			}
 		case transient(err), errors.As(err, new(errSessionGone)), errors.Is(err, ErrLeaseLost):
 			// An outage, or sessions ending as fast as they start (a
 			// loaded machine): the next try starts a new one.
 			w.saw(err)
-			c.log.Warn("acquire failed; retrying", "name", t.name(), "err", err)
+			c.log.Warn("acquire failed; retrying", "name", w.name, "err", err)
 			err = w.sleep(ctx, nil, 0)
 		}
 		if err != nil {
+			leave()
 			return nil, err
+		}
+		if place == nil {
+			continue
+		}
+		handed, err := w.untilTurn(ctx, t, placed, place)
+		if errors.Is(err, errPlaceGone) {
+			c.keeper.waiting(t, -1)
+			place, placed = nil, nil
+			continue
+		}
+		if err != nil {
+			leave()
+			return nil, err
+		}
+		if handed != nil {
+			leases, err := c.adopt(t, placed, handed, cfg)
+			if err == nil {
+				return leases, nil
+			}
+			// Handed to a session that ended meanwhile: let it go, and queue
+			// again.
+			leave()
 		}
 	}
 }
@@ -104,60 +228,83 @@ const bornLostRetries = 2
 
 // acquireOnce runs the acquiring transaction once, and again (with a new
 // session) when the session it used turned out to be gone or ended while it
-// ran, so that it never returns a lease that is already lost.
-func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig) (*Lease, error) {
-	if err := c.st.prepare(ctx); err != nil {
-		return nil, err
-	}
-	wait, err := c.reserve(t)
-	if err != nil {
-		return nil, err
-	}
-	if wait != nil {
-		return nil, &busy{err: fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, t.name()), local: wait}
-	}
+// ran, so that it never returns a lease that is already lost. When the
+// attempt put itself in line, the error matches errQueued and at and s are
+// its place's commit timestamp and session.
+func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig, place *queueKey, blocking bool) ([]*Lease, time.Time, *session, error) {
 	for tries := 0; ; tries++ {
 		s, r, err := c.keeper.join(ctx)
 		if err != nil {
-			c.unreserve(t)
-			return nil, err
+			return nil, time.Time{}, nil, err
 		}
-		g, err := c.attempt(ctx, s, r, t, cfg)
+		if place != nil && place.session != s.id {
+			place = nil // the place belonged to an ended session
+		}
+		gs, at, err := c.attempt(ctx, s, r, t, cfg, place, blocking)
 		var gone errSessionGone
 		if errors.As(err, &gone) && tries < bornLostRetries {
 			continue
 		}
 		if err != nil {
-			c.unreserve(t)
-			return nil, err
+			return nil, at, s, err
 		}
+		leases, err := c.registerAll(t, s, gs, cfg)
+		if errors.Is(err, ErrLeaseLost) && tries < bornLostRetries {
+			continue
+		}
+		return leases, at, s, err
+	}
+}
+
+// registerAll records the leases of grants to s; if s ended while they were
+// acquired, they are born lost (registered first, they cannot have escaped
+// endSession's losses) and the error matches ErrLeaseLost.
+func (c *Client) registerAll(t target, s *session, gs []grant, cfg acquireConfig) ([]*Lease, error) {
+	leases := make([]*Lease, 0, len(gs))
+	for _, g := range gs {
 		l := newLease(c, s, t, g, cfg.payload)
 		if !c.register(t, l) {
 			c.giveBack(l)
+			for _, l := range leases {
+				c.giveBack(l)
+			}
 			return nil, ErrClosed
 		}
-		if s.isEnded() {
-			// The session ended while the transaction ran: registered
-			// first, the lease cannot have escaped endSession's losses.
-			l.lose(s.endReason(), "its session ended while it was acquired")
-			if tries < bornLostRetries {
-				if err := c.reserveAgain(t); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			return nil, context.Cause(l.ctx)
-		}
-		return l, nil
+		leases = append(leases, l)
 	}
+	if s.isEnded() {
+		for _, l := range leases {
+			l.lose(s.endReason(), "its session ended while it was acquired")
+		}
+		return nil, context.Cause(leases[0].ctx)
+	}
+	return leases, nil
+}
+
+// adopt registers the grants a release handed to session s, which must
+// still be live; the leases start as that release committed them.
+func (c *Client) adopt(t target, s *session, gs []grant, cfg acquireConfig) ([]*Lease, error) {
+	if !s.live() {
+		return nil, lostError(gs[0].name, gs[0].token, "it was handed to a session that ended")
+	}
+	leases, err := c.registerAll(t, s, gs, cfg)
+	if err == nil {
+		c.log.Debug("handed the lease by a release", "name", gs[0].name, "token", gs[0].token)
+	}
+	return leases, err
 }
 
 // attempt is one acquiring transaction of a target by a session.
 type attempt struct {
+	judge
 	c    *Client
 	s    *session
 	role role
 	cfg  acquireConfig
+	// place is the attempt's place in line, if it has one; blocking puts
+	// an attempt that finds the target taken in line.
+	place    *queueKey
+	blocking bool
 	// sent is when the transaction's current try began: the session's
 	// deadline counts from it.
 	sent time.Time
@@ -174,6 +321,26 @@ func (a *attempt) sessionWrites() []*spanner.Mutation {
 	return nil
 }
 
+// dequeueOwn takes this Client's entries out of l: its place, and those of
+// its ended sessions.
+func (a *attempt) dequeueOwn(l *line) []*spanner.Mutation {
+	var ms []*spanner.Mutation
+	for _, w := range l.waiters {
+		if a.c.keeper.owns(w.key.session) {
+			ms = append(ms, a.c.st.dequeue(l.name, w.key))
+		}
+	}
+	return ms
+}
+
+// judge decides, for one of this Client's sessions (self), whether the
+// sessions that rows name are live: from what the Client knows (its own
+// sessions, others seen expired) or by reading them outside transactions.
+type judge struct {
+	k    *keeper
+	self string
+}
+
 // knownDead reports whether a row's session is known to hold nothing: one
 // of this Client's ended sessions, or another's that Spanner was seen to
 // have expired. A row of this Client's current session that it let us
@@ -181,14 +348,14 @@ func (a *attempt) sessionWrites() []*spanner.Mutation {
 // Spanner yet, or an acquisition whose outcome was never learnt. A Client
 // holds a lock once, so nothing uses it; for permits, the current session's
 // rows may be held, and count as live.
-func (a *attempt) knownDead(r *row, lock bool) (dead, known bool) {
+func (j judge) knownDead(r *row, lock bool) (dead, known bool) {
 	id := r.sessionID.StringVal
 	switch {
 	case !r.sessionID.Valid:
 		return true, true
-	case id == a.s.id:
+	case id == j.self:
 		return lock, true
-	case a.c.keeper.owns(id), a.c.keeper.dead.has(id):
+	case j.k.owns(id), j.k.dead.has(id):
 		return true, true
 	}
 	return false, false
@@ -196,51 +363,88 @@ func (a *attempt) knownDead(r *row, lock bool) (dead, known bool) {
 
 // assumeLive marks every row live whose session is not known to be dead,
 // and reports whether any was unknown.
-func (a *attempt) assumeLive(rows []*row) (unknown bool) {
-	for _, r := range rows {
-		dead, known := a.knownDead(r, false)
-		r.live = !dead
+func (j judge) assumeLive(rows []row) (unknown bool) {
+	for i := range rows {
+		dead, known := j.knownDead(&rows[i], false)
+		rows[i].live = !dead
 		unknown = unknown || !known
 	}
 	return unknown
 }
 
-// holdersLive learns whether the sessions named by rows read in the
-// transaction are live, by one strong read outside it for those not known
-// (and, with needMarks, for every other session, for its worker-ID mark):
-// reading them inside would hold a lock on each session's row until the
-// transaction ended, and make its renewals wait.
-func (a *attempt) holdersLive(ctx context.Context, rows []*row, needMarks bool) error {
-	lock := len(rows) == 1 && rows[0].slot == lockSlot
+// resolve learns whether the sessions named in lines read in the
+// transaction are live (holders, and waiters other than this Client's), by
+// one strong read outside it for those not known (and, with needMarks, for
+// every other holder's session, for its worker-ID mark): reading them
+// inside would hold a lock on each session's row until the transaction
+// ended, and make its renewals wait. lock says the lines are locks', whose
+// rows of this Client's current session are orphans.
+func (j judge) resolve(ctx context.Context, lines map[string]*line, lock, needMarks bool) error {
 	var ids []string
-	for _, r := range rows {
-		dead, known := a.knownDead(r, lock)
-		r.live = known && !dead
-		if r.sessionID.Valid && r.sessionID.StringVal != a.s.id && (!known || needMarks) {
-			ids = append(ids, r.sessionID.StringVal)
+	ask := func(id string) {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	rctx, cancel := outsideTransaction(ctx)
-	defer cancel()
-	states, err := readSessions(rctx, a.c.st.db, a.c.st.sql, ids)
-	if err != nil {
-		return err
-	}
-	for _, r := range rows {
-		id := r.sessionID.StringVal
-		if !r.sessionID.Valid || id == a.s.id {
-			continue
+	for _, l := range lines {
+		rows := l.permits
+		if lock {
+			rows = append([]row{l.row}, l.permits...)
 		}
-		dead, known := a.knownDead(r, lock)
-		r.withSession(states[id]) // a session with no row is not live
-		if known && dead {
-			r.live = false
+		for _, r := range rows {
+			dead, known := j.knownDead(&r, lock)
+			if r.sessionID.Valid && r.sessionID.StringVal != j.self && (!known || needMarks && !dead) {
+				ask(r.sessionID.StringVal)
+			}
+			if needMarks && known && dead && r.sessionID.Valid && r.sessionID.StringVal != j.self {
+				ask(r.sessionID.StringVal) // for its mark only
+			}
 		}
-		if !r.live {
-			a.c.keeper.dead.add(id)
+		for _, w := range l.waiters {
+			if id := w.key.session; !j.k.owns(id) && !j.k.dead.has(id) {
+				ask(id)
+			}
+		}
+	}
+	var views map[string]sessionView
+	if len(ids) > 0 {
+		rctx, cancel := outsideTransaction(ctx)
+		defer cancel()
+		var err error
+		if views, err = readSessions(rctx, j.k.st.db, j.k.st.sql, ids); err != nil {
+			return err
+		}
+	}
+	judgeRow := func(r *row) {
+		dead, known := j.knownDead(r, lock)
+		v, read := views[r.sessionID.StringVal]
+		switch {
+		case read:
+			r.withSession(v) // a session with no row is not live
+			if known && dead {
+				r.live = false
+			}
+		default:
+			r.live = known && !dead
+		}
+		if r.sessionID.Valid && !r.live && r.sessionID.StringVal != j.self {
+			j.k.dead.add(r.sessionID.StringVal)
+		}
+	}
+	for _, l := range lines {
+		if lock {
+			judgeRow(&l.row)
+		}
+		for i := range l.permits {
+			judgeRow(&l.permits[i])
+		}
+		for i := range l.waiters {
+			w := &l.waiters[i]
+			v, read := views[w.key.session]
+			w.live = read && v.live
+			if !w.live && !j.k.owns(w.key.session) {
+				j.k.dead.add(w.key.session)
+			}
 		}
 	}
 	return nil
@@ -249,13 +453,15 @@ func (a *attempt) holdersLive(ctx context.Context, rows []*row, needMarks bool) 
 // attempt runs one acquiring transaction (retrying Spanner's aborts) and
 // settles what its outcome means for the session: confirmed, certainly not
 // written, ended (gone from Spanner, or committed too late to count), or
-// unknown.
-func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg acquireConfig) (grant, error) {
+// unknown. An attempt that put itself in line returns errQueued and its
+// commit timestamp, its place.
+func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg acquireConfig, place *queueKey, blocking bool) ([]grant, time.Time, error) {
 	var (
 		a          *attempt
-		g          grant
+		gs         []grant
 		committing bool
 		reaped     bool
+		queued     bool
 	)
 	if r == create {
 		// Whatever ends this attempt without confirming or abandoning the
@@ -266,15 +472,16 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 	defer cancel()
 	deadline, _ := actx.Deadline()
 	commitTs, err := c.st.transact(actx, callerLane, "spannerlock-acquire", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		a = &attempt{c: c, s: s, role: r, cfg: cfg, sent: time.Now(), grant: randomHex(16)}
+		a = &attempt{judge: judge{k: c.keeper, self: s.id}, c: c, s: s, role: r, cfg: cfg, place: place, blocking: blocking,
+			sent: time.Now(), grant: randomHex(16)}
 		var (
 			writes []*spanner.Mutation
 			err    error
 		)
-		g, writes, err = t.take(ctx, tx, a)
-		reaped = errors.Is(err, errReaped)
-		committing = err == nil || reaped
-		if reaped {
+		gs, writes, err = t.take(ctx, tx, a)
+		reaped, queued = errors.Is(err, errReaped), errors.Is(err, errQueued)
+		committing = err == nil || reaped || queued
+		if reaped || queued {
 			return writes, nil
 		}
 		return writes, err
@@ -284,76 +491,102 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		err = errSessionGone{s} // the session's ID was already in Spanner
 	case err != nil && committing && r == joinRefresh && isRowNotFound(err):
 		err = errSessionGone{s}
-	case err != nil && committing && !reaped:
+	case err != nil && committing && !reaped && !queued:
 		// The commit may have happened (DEADLINE_EXCEEDED or UNAVAILABLE on
-		// Commit): read the row rather than guess.
-		if got, held := c.heldAfter(ctx, t, s, g); held {
-			c.log.Info("acquisition committed despite an error", "name", t.name(), "token", g.token, "err", err)
-			err, commitTs = nil, got.acquired.Time
+		// Commit): read the rows rather than guess.
+		if at, held := c.heldAfter(ctx, t, s, gs); held {
+			c.log.Info("acquisition committed despite an error", "name", gs[0].name, "token", gs[0].token, "err", err)
+			err, commitTs = nil, at
 		} else {
-			c.outcomeUnknown(s, r, t, g, deadline)
-			return grant{}, c.st.explain(err)
+			c.outcomeUnknown(s, r, t, gs, deadline)
+			return nil, time.Time{}, c.st.explain(err)
 		}
+	case err != nil && committing && queued:
+		// A place in line that may or may not have been taken: this Client
+		// does not count on it; an entry that landed lives as long as the
+		// session, behind this Client's next one, which the attempt that
+		// takes the name removes.
+		return nil, time.Time{}, c.st.explain(err)
 	}
 	var gone errSessionGone
 	switch {
 	case err == nil && reaped:
+		// It wrote no session row: a creation is still to come.
 		c.remember(t)
-		return grant{}, errReaped
+		return nil, time.Time{}, errReaped
+	case err == nil && queued && !s.confirm(r, a.sent, commitTs):
+		c.keeper.endSession(s, lossDeadline, "an acquisition committed after its session could have expired in Spanner")
+		return nil, time.Time{}, errSessionGone{s}
+	case err == nil && queued:
+		c.remember(t)
+		return nil, commitTs, errQueued
 	case err == nil && !s.confirm(r, a.sent, commitTs):
 		// Committed too late to count, or into a session that ended
 		// meanwhile: its row may have expired in Spanner before the lease
 		// was written. The lease is born lost; a new session follows.
 		c.remember(t)
 		c.keeper.endSession(s, lossDeadline, "an acquisition committed after its session could have expired in Spanner")
-		return grant{}, errSessionGone{s}
+		return nil, time.Time{}, errSessionGone{s}
 	case err == nil:
-		g.acquiredAt = commitTs
+		for i := range gs {
+			gs[i].acquiredAt = commitTs
+		}
 		c.remember(t)
-		c.log.Debug("acquired", "name", t.name(), "slot", g.slot, "token", g.token)
-		return g, nil
+		c.log.Debug("acquired", "name", gs[0].name, "slot", gs[0].slot, "token", gs[0].token)
+		return gs, commitTs, nil
 	case errors.As(err, &gone) && r == create:
 		c.keeper.abandon(s, "its ID was already in Spanner")
-		return grant{}, err
+		return nil, time.Time{}, err
 	case errors.As(err, &gone):
 		c.keeper.endSession(s, lossSessionGone, "an acquisition found its session gone from Spanner")
-		return grant{}, err
+		return nil, time.Time{}, err
 	}
 	var b *busy
 	if errors.As(err, &b) || errors.Is(err, errCompleted) {
 		c.remember(t)
-		return grant{}, err
+		return nil, time.Time{}, err
 	}
-	return grant{}, c.st.explain(err)
+	return nil, time.Time{}, c.st.explain(err)
 }
 
 // heldAfter reads whether an acquisition whose commit reported an error
-// holds its grant after all. A strong read sees every commit that finished
-// before it began; one still in flight is settled by outcomeUnknown.
-func (c *Client) heldAfter(ctx context.Context, t target, s *session, g grant) (row, bool) {
+// holds its grants after all, and when it committed. A strong read sees
+// every commit that finished before it began; one still in flight is
+// settled by outcomeUnknown.
+func (c *Client) heldAfter(ctx context.Context, t target, s *session, gs []grant) (time.Time, bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
 	defer cancel()
-	r, err := t.read(rctx, c, g)
-	return r, err == nil && r.heldBy(s.id, g.token, g.id)
+	var at time.Time
+	for _, g := range gs {
+		r, err := t.read(rctx, c, g)
+		if err != nil || !r.heldBy(s.id, g.token, g.id) {
+			return time.Time{}, false
+		}
+		at = r.acquired.Time
+	}
+	return at, len(gs) > 0
 }
 
 // outcomeUnknown makes sure an acquisition that may yet commit holds nothing
 // for longer than a TTL. A creator's session is abandoned (its row is
 // written as expired, which also makes a late insert of it fail). A
-// joiner's grant is left to the keeper, which clears the row if it names
-// the grant, until the transaction can no longer land (its deadline).
-func (c *Client) outcomeUnknown(s *session, r role, t target, g grant, deadline time.Time) {
+// joiner's grants are left to the keeper, which clears each row that names
+// its grant, until the transaction can no longer land (its deadline).
+func (c *Client) outcomeUnknown(s *session, r role, t target, gs []grant, deadline time.Time) {
 	if r == create {
 		c.keeper.abandon(s, "the acquisition that created it has an unknown outcome")
 		return
 	}
-	c.keeper.letGoLater(s, letGo{leaseKey: leaseKey{name: t.name(), slot: g.slot, token: g.token, grant: g.id},
-		until: deadline.Add(c.cfg.endTimeout())})
+	for _, g := range gs {
+		c.keeper.letGoLater(s, letGo{leaseKey: leaseKey{name: g.name, slot: g.slot, token: g.token, grant: g.id},
+			until: deadline.Add(c.cfg.endTimeout())})
+	}
 }
 
-// reserve claims a lock name for one acquisition by this Client; it returns
-// a channel to wait on when the name is already held or being acquired here.
-// Slots need no claim: a Client may hold several permits of one semaphore.
+// reserve claims a target's lock names for one acquisition by this Client;
+// it returns a channel to wait on when one is already held or being
+// acquired here. Slots need no claim: a Client may hold several permits of
+// one semaphore.
 func (c *Client) reserve(t target) (<-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -363,21 +596,15 @@ func (c *Client) reserve(t target) (<-chan struct{}, error) {
 	if !t.lock() {
 		return nil, nil
 	}
-	st := c.state(t.name())
-	if st.acquiring || st.held != nil {
-		return st.changed, nil
+	for _, name := range t.names() {
+		if st := c.names[name]; st != nil && (st.acquiring || st.held != nil) {
+			return st.changed, nil
+		}
 	}
-	st.acquiring = true
+	for _, name := range t.names() {
+		c.state(name).acquiring = true
+	}
 	return nil, nil
-}
-
-// reserveAgain claims a lock name again after its lease was born lost.
-func (c *Client) reserveAgain(t target) error {
-	wait, err := c.reserve(t)
-	if err == nil && wait != nil {
-		err = fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, t.name())
-	}
-	return err
 }
 
 // unreserve ends a claim that acquired nothing.
@@ -387,9 +614,11 @@ func (c *Client) unreserve(t target) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.state(t.name())
-	st.acquiring = false
-	c.settle(t.name(), st)
+	for _, name := range t.names() {
+		st := c.state(name)
+		st.acquiring = false
+		c.settle(name, st)
+	}
 }
 
 // register records a newly held lease so that it is renewed, ending the
@@ -431,7 +660,7 @@ func (c *Client) knows(name string) bool {
 	return ok
 }
 
-// remember records that a lock's row exists.
+// remember records that a target's lock rows exist.
 func (c *Client) remember(t target) {
 	if !t.lock() {
 		return
@@ -441,5 +670,7 @@ func (c *Client) remember(t target) {
 	if len(c.known) >= maxKnownNames {
 		clear(c.known)
 	}
-	c.known[t.name()] = struct{}{}
+	for _, name := range t.names() {
+		c.known[name] = struct{}{}
+	}
 }

@@ -160,7 +160,7 @@ func (c *Client) Close() error {
 		if len(gos) == 0 {
 			expire = expiring
 		}
-		if _, err = c.st.letGo(ctx, keeperLane, "spannerlock-close", s, c.cfg.holderID, batch, expire); err != nil {
+		if _, err = c.keeper.release(ctx, keeperLane, "spannerlock-close", s, batch, nil, expire); err != nil {
 			break
 		}
 	}

@@ -31,6 +31,7 @@ func ExampleDDL() {
 	// CREATE TABLE `locks`
 	// CREATE TABLE `locks_sessions`
 	// CREATE TABLE `locks_permits`
+	// CREATE TABLE `locks_waiters`
 }
 
 func ExampleClient_Acquire() {
@@ -218,4 +219,5 @@ func ExampleDialect_DDL() {
 	// CREATE TABLE "locks"
 	// CREATE TABLE "locks_sessions"
 	// CREATE TABLE "locks_permits"
+	// CREATE TABLE "locks_waiters"
 }

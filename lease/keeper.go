@@ -45,6 +45,10 @@ type keeper struct {
 	leases  map[*Lease]struct{}
 	running bool
 	loop    sync.WaitGroup
+	// waits counts, by name, this Client's callers waiting in a line: the
+	// session must live while they wait, leases or not, and renewals read
+	// those names to notice a grant a release handed them.
+	waits map[string]int
 	// expiring are ended sessions whose rows are being written as expired
 	// in the background; Close writes the ones still pending itself.
 	expiring   map[*session]struct{}
@@ -60,7 +64,7 @@ type keeper struct {
 func newKeeper(st *store, cfg config, log *slog.Logger, tel telemetry) *keeper {
 	background, stop := context.WithCancel(context.Background())
 	k := &keeper{st: st, cfg: cfg, log: log, tel: tel, background: background, stop: stop,
-		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{},
+		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, waits: map[string]int{},
 		ended: newRecentIDs(1000), dead: newRecentIDs(10000)}
 	k.sess = newSession(cfg, k.deadlinePassed)
 	return k
@@ -153,6 +157,34 @@ func (k *keeper) register(l *Lease) bool {
 	return true
 }
 
+// waiting records that a caller joined (delta 1) or left (-1) the lines of
+// t's names.
+func (k *keeper) waiting(t target, delta int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, name := range t.names() {
+		if k.waits[name] += delta; k.waits[name] <= 0 {
+			delete(k.waits, name)
+		}
+	}
+	if delta > 0 {
+		k.startLocked()
+	}
+}
+
+// heldKeys returns the keys of the leases this Client holds on name.
+func (k *keeper) heldKeys(name string) map[leaseKey]bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	keys := map[leaseKey]bool{}
+	for l := range k.leases {
+		if l.name == name {
+			keys[l.key()] = true
+		}
+	}
+	return keys
+}
+
 // forget drops an ended lease.
 func (k *keeper) forget(l *Lease) {
 	k.mu.Lock()
@@ -204,7 +236,7 @@ func (k *keeper) run() {
 		case <-t.C:
 		case <-k.kick:
 		}
-		s, leases := k.work()
+		s, leases, waits := k.work()
 		failed := false
 		if err := k.clearLetGos(s); err != nil {
 			failed = true
@@ -212,8 +244,8 @@ func (k *keeper) run() {
 				k.log.Warn("clearing leases let go failed; retrying", "err", err)
 			}
 		}
-		if len(leases) > 0 {
-			if err := k.renew(s, leases); err != nil {
+		if len(leases) > 0 || len(waits) > 0 {
+			if err := k.renew(s, leases, waits); err != nil {
 				failed = true
 				if k.background.Err() == nil {
 					k.log.Warn("renewal failed; retrying", "leases", len(leases), "failures", failures+1, "err", err)
@@ -230,9 +262,9 @@ func (k *keeper) run() {
 	}
 }
 
-// work returns the current session and the leases its next renewal checks,
-// at most maxSyncBatch.
-func (k *keeper) work() (*session, []*Lease) {
+// work returns the current session, the leases its next renewal checks (at
+// most maxSyncBatch), and the names this Client waits for.
+func (k *keeper) work() (*session, []*Lease, []string) {
 	k.mu.Lock()
 	s := k.sess
 	var leases []*Lease
@@ -241,8 +273,12 @@ func (k *keeper) work() (*session, []*Lease) {
 			leases = append(leases, l)
 		}
 	}
+	waits := make([]string, 0, len(k.waits))
+	for name := range k.waits {
+		waits = append(waits, name)
+	}
 	k.mu.Unlock()
-	return s, s.rotate(leases, maxSyncBatch)
+	return s, s.rotate(leases, maxSyncBatch), waits[:min(len(waits), maxSyncBatch)]
 }
 
 // rotate returns n of leases, the next n after the previous call's.
@@ -264,7 +300,7 @@ func (s *session) rotate(leases []*Lease, n int) []*Lease {
 // the session's row is gone from Spanner, or the renewal committed too late
 // to count (session.confirm), every lease of the session is lost; if the
 // transaction fails, nothing is concluded and nothing extended.
-func (k *keeper) renew(s *session, leases []*Lease) error {
+func (k *keeper) renew(s *session, leases []*Lease, waits []string) error {
 	ctx, cancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
 	defer cancel()
 	ctx, span := k.tel.start(ctx, "Renew", attrLeases.Int(len(leases)))
@@ -273,7 +309,7 @@ func (k *keeper) renew(s *session, leases []*Lease) error {
 	for i, l := range leases {
 		keys[i] = l.key()
 	}
-	out, err := k.st.renew(ctx, s, keys)
+	out, err := k.st.renew(ctx, s, keys, waits)
 	var gone errSessionGone
 	sessionGone := errors.As(err, &gone)
 	if sessionGone {
@@ -309,6 +345,11 @@ func (k *keeper) renew(s *session, leases []*Lease) error {
 			stale = append(stale, l.key())
 		}
 	}
+	for _, name := range out.handed {
+		// A release handed this Client a name it waits for: the waiter
+		// looks now rather than at its next poll.
+		announceRelease(k.st.signalKey(name))
+	}
 	if !s.renewed(out.sent, out.commitTs) {
 		k.endSession(s, lossDeadline, "a renewal committed after the session could have expired in Spanner")
 		return nil
@@ -331,14 +372,16 @@ func (k *keeper) renew(s *session, leases []*Lease) error {
 func (k *keeper) clearLetGos(s *session) error {
 	for {
 		gos := s.pendingLetGos(maxSyncBatch)
-		if len(gos) == 0 {
+		leaves := s.takeLeaves(maxSyncBatch)
+		if len(gos) == 0 && len(leaves) == 0 {
 			return nil
 		}
 		ctx, cancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
 		began := time.Now()
-		owned, err := k.st.letGo(ctx, keeperLane, "spannerlock-release", s, k.cfg.holderID, gos, nil)
+		owned, err := k.release(ctx, keeperLane, "spannerlock-release", s, gos, leaves, nil)
 		cancel()
 		if err != nil {
+			s.addLeaves(leaves)
 			return k.st.explain(err)
 		}
 		waiting := false
@@ -353,11 +396,23 @@ func (k *keeper) clearLetGos(s *session) error {
 				waiting = true
 			}
 		}
-		if waiting {
+		if waiting || len(gos) == 0 {
 			// Some may still land: look again after the next interval.
 			return nil
 		}
 	}
+}
+
+// leaveLater leaves the removal of s's entries from names' lines to the
+// keeper, waking it.
+func (k *keeper) leaveLater(s *session, names []string) {
+	if !s.addLeaves(names) {
+		return
+	}
+	k.mu.Lock()
+	k.startLocked()
+	k.mu.Unlock()
+	k.wake()
 }
 
 // letGoLater leaves g to the keeper, waking it.

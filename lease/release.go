@@ -132,8 +132,8 @@ func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, er
 func (c *Client) letGoNow(ctx context.Context, s *session, g letGo, op string) (string, error) {
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
-	owned, err := c.st.letGo(sctx, callerLane, "spannerlock-release", s, c.cfg.holderID, []letGo{g}, nil)
-	_, held := owned[g.leaseKey]
+	owned, err := c.keeper.release(sctx, callerLane, "spannerlock-release", s, []letGo{g}, nil, nil)
+	held := owned[g.leaseKey]
 	switch {
 	case err == nil && held:
 		announceRelease(c.st.signalKey(g.name))
@@ -164,6 +164,20 @@ func (c *Client) letGoNow(ctx context.Context, s *session, g letGo, op string) (
 	c.keeper.letGoLater(s, g)
 	return outcomeDeferred, fmt.Errorf("lease: %s %q: %w; it is no longer renewed: the Client clears it in the background, or it expires within %s",
 		op, g.name, c.st.explain(err), c.cfg.ttl)
+}
+
+// leaveLine takes this Client's place out of t's lines, clearing any grant
+// a release handed it meanwhile (and handing that on), so a waiter that
+// gives up never holds up the line. It is bounded by the call timeout even
+// when ctx has ended; if it fails, the keeper tries again, and the place
+// goes with the session at the latest.
+func (c *Client) leaveLine(ctx context.Context, t target, s *session) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
+	defer cancel()
+	if _, err := c.keeper.release(lctx, callerLane, "spannerlock-leave", s, nil, t.names(), nil); err != nil {
+		c.log.Debug("leaving the line failed; the Client tries again", "names", t.names(), "err", err)
+		c.keeper.leaveLater(s, t.names())
+	}
 }
 
 // giveBack releases a lease acquired after its Client closed.

@@ -28,10 +28,12 @@ type row struct {
 	// measuring how long until expires without consulting a local clock.
 	now time.Time
 
-	grant     spanner.NullString // the grant ID of the acquisition that wrote it
-	kind      spanner.NullString // locks only
-	completed bool               // locks only: a RunOnce slot that succeeded
-	attempts  spanner.NullInt64  // locks only: runs of a RunOnce slot
+	grant spanner.NullString // the grant ID of the acquisition that wrote it
+	kind  spanner.NullString // locks only
+	// permitsLimit is a semaphore's capacity (its parent row's permits).
+	permitsLimit spanner.NullInt64
+	completed    bool              // locks only: a RunOnce slot that succeeded
+	attempts     spanner.NullInt64 // locks only: runs of a RunOnce slot
 	// highWater and sessionHighWater are the worker-ID marks of the permit
 	// row (set at acquisition and release) and of its holder's session (set
 	// at every renewal).
@@ -143,16 +145,6 @@ func readRow(ctx context.Context, q querier, sql statements, name string) (row, 
 	return r, err
 }
 
-// readLockInTx reads a lock row inside a transaction, without its holder's
-// session.
-func readLockInTx(ctx context.Context, tx *spanner.ReadWriteTransaction, sql statements, name string) (row, error) {
-	r := row{name: name, slot: lockSlot}
-	err := tx.Query(ctx, sql.lockInTx.bind(map[string]any{"name": name})).Do(func(sr *spanner.Row) error {
-		return r.scan(sr, &r.rowName, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.payload, &r.grant, &r.kind, &r.completed, &r.attempts)
-	})
-	return r, err
-}
-
 // readPermitRow is the one read of a permit row outside transactions.
 func readPermitRow(ctx context.Context, q querier, sql statements, name string, slot int64) (row, error) {
 	r := row{name: name}
@@ -226,28 +218,6 @@ func readSemaphore(ctx context.Context, q querier, sql statements, name string) 
 		err := sr.Columns(&s.found, &s.kind, &s.permits, &s.next,
 			&slot, &p.token, &p.holderID, &p.sessionID, &p.acquired, &p.renewed, &p.expires, &p.live,
 			&p.payload, &p.highWater, &p.sessionHighWater, &p.now, &p.grant)
-		if err != nil || !slot.Valid {
-			return err // no permit: the parent row alone
-		}
-		p.slot, p.parentKind = slot.Int64, s.kind
-		s.slots = append(s.slots, p)
-		return nil
-	})
-	return s, err
-}
-
-// readPoolInTx reads a semaphore or worker pool inside a transaction,
-// without its permits' holders' sessions.
-func readPoolInTx(ctx context.Context, tx *spanner.ReadWriteTransaction, sql statements, name string) (semaphoreState, error) {
-	s := semaphoreState{name: name}
-	err := tx.Query(ctx, sql.poolInTx.bind(map[string]any{"name": name})).Do(func(sr *spanner.Row) error {
-		var (
-			slot spanner.NullInt64
-			p    = row{name: name, found: true}
-		)
-		s.found = true
-		err := sr.Columns(&s.kind, &s.permits, &s.next,
-			&slot, &p.token, &p.holderID, &p.sessionID, &p.acquired, &p.payload, &p.highWater, &p.grant)
 		if err != nil || !slot.Valid {
 			return err // no permit: the parent row alone
 		}

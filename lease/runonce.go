@@ -82,12 +82,18 @@ func JobSlotName(job string, slot time.Time) string {
 }
 
 func (c *Client) runOnce(ctx context.Context, name string, fn func(ctx context.Context) error, cfg runOnceConfig) (bool, error) {
-	l, err := c.acquire(ctx, "Acquire", lockTarget{lockName: name, untilCompleted: true, maxFailures: cfg.maxFailures}, acquireConfig{}, false)
+	leases, err := c.acquire(ctx, "Acquire", lockTarget{lockNames: []string{name}, untilCompleted: true, maxFailures: cfg.maxFailures}, acquireConfig{}, false)
 	if errors.Is(err, errCompleted) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
+	}
+	l := leases[0]
+	if cfg.maxFailures > 0 && l.attempts > cfg.maxFailures {
+		// Handed the slot by a release, past this caller's bound.
+		_ = l.Release(context.WithoutCancel(ctx))
+		return false, fmt.Errorf("%w: %q failed %d times", ErrTooManyFailures, name, l.attempts-1)
 	}
 	if err := c.runJob(ctx, l, fn); err != nil {
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {

@@ -43,6 +43,9 @@ type session struct {
 	// letGos are leases of this session whose owners let go while their
 	// release did not reach Spanner; the keeper clears them (keeper.go).
 	letGos map[leaseKey]letGo
+	// leaves are names whose lines hold an entry of this session that its
+	// waiter gave up; the keeper takes them out.
+	leaves map[string]bool
 	// cursor rotates renewals through more leases than one renewal checks.
 	cursor int
 	// reason is why it ended, when a loss ended it.
@@ -64,7 +67,7 @@ const (
 )
 
 func newSession(cfg config, onDeadline func(*session)) *session {
-	return &session{id: randomHex(16), cfg: cfg, onDeadline: onDeadline, letGos: map[leaseKey]letGo{}}
+	return &session{id: randomHex(16), cfg: cfg, onDeadline: onDeadline, letGos: map[leaseKey]letGo{}, leaves: map[string]bool{}}
 }
 
 // role is what an acquiring transaction does with its session's row.
@@ -229,6 +232,43 @@ func (s *session) addLetGo(g letGo) bool {
 	return true
 }
 
+// hasLetGo reports whether a let-go of key is waiting.
+func (s *session) hasLetGo(key leaseKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.letGos[key]
+	return ok
+}
+
+// addLeaves records names whose lines hold entries of s to take out; it
+// reports false when s has ended, since its entries die with it.
+func (s *session) addLeaves(names []string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == sessionEnded {
+		return false
+	}
+	for _, n := range names {
+		s.leaves[n] = true
+	}
+	return true
+}
+
+// takeLeaves removes and returns up to n names to leave.
+func (s *session) takeLeaves(n int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for name := range s.leaves {
+		if len(names) == n {
+			break
+		}
+		names = append(names, name)
+		delete(s.leaves, name)
+	}
+	return names
+}
+
 // pendingLetGos returns up to n let-goes waiting to be cleared.
 func (s *session) pendingLetGos(n int) []letGo {
 	s.mu.Lock()
@@ -283,6 +323,7 @@ func (s *session) end(reason lossReason) (ended, mayBeLive bool) {
 		s.timer.Stop()
 	}
 	clear(s.letGos) // they expire with the session
+	clear(s.leaves)
 	return true, mayBeLive
 }
 

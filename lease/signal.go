@@ -44,3 +44,32 @@ func announceRelease(key string) {
 		delete(signals.m, key)
 	}
 }
+
+// subscribeAll returns a channel closed by the next release of any of names
+// in this process, and a function to call when no longer waiting.
+func (c *Client) subscribeAll(names []string) (<-chan struct{}, func()) {
+	if len(names) == 1 {
+		return subscribe(c.st.signalKey(names[0]))
+	}
+	any := make(chan struct{})
+	stop := make(chan struct{})
+	var unsubs []func()
+	var once sync.Once
+	for _, name := range names {
+		ch, unsubscribe := subscribe(c.st.signalKey(name))
+		unsubs = append(unsubs, unsubscribe)
+		go func() {
+			select {
+			case <-ch:
+				once.Do(func() { close(any) })
+			case <-stop:
+			}
+		}()
+	}
+	return any, func() {
+		close(stop)
+		for _, u := range unsubs {
+			u()
+		}
+	}
+}

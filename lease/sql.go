@@ -68,7 +68,7 @@ func (q dialect) pendingCommitTimestamp() string {
 // null is a NULL of a GoogleSQL type, in the dialect's type names.
 func (q dialect) null(typ string) string {
 	if q.pg() {
-		typ = map[string]string{"STRING": "varchar", "INT64": "bigint", "BOOL": "boolean"}[typ]
+		typ = map[string]string{"STRING": "varchar", "INT64": "bigint", "BOOL": "boolean", "TIMESTAMP": "timestamptz", "BYTES": "bytea"}[typ]
 	}
 	return "CAST(NULL AS " + typ + ")"
 }
@@ -133,7 +133,7 @@ func (s statement) bind(params map[string]any) spanner.Statement {
 // have to wait for. See transactions.go.
 type statements struct {
 	dialect
-	table, permits, sessions string
+	table, permits, sessions, waiters string
 
 	// selectRow is the one read of a lock row outside transactions, with its
 	// holder's session: Holder, Observe and every waiter use it, so they
@@ -156,13 +156,13 @@ type statements struct {
 	// selectJobs lists the RunOnce slots, with the live runner's session.
 	selectJobs statement
 
-	// lockInTx reads a lock row inside a transaction, without its holder's
-	// session; no row when it does not exist.
-	lockInTx statement
-	// poolInTx reads a semaphore's or worker pool's parent row and permits
-	// inside a transaction, without their holders' sessions: one row per
-	// permit, or one without a permit, or none when the parent is missing.
-	poolInTx statement
+	// lineInTx reads, inside a transaction, everything that decides who may
+	// hold the given names: each name's row (a lock, or a semaphore's or
+	// pool's parent), its permit rows (a lock's shared holders, a pool's
+	// permits) and its line of waiters, in order. Nothing about sessions:
+	// see lineOutside. lineOutside is the same read outside transactions,
+	// with each row's session judged live or not by Spanner.
+	lineInTx, lineOutside statement
 	// sessionViews reads, outside transactions, what Spanner says of the
 	// given sessions now: whether each is live, and its worker-ID mark.
 	sessionViews statement
@@ -185,6 +185,7 @@ func newStatements(d locktable.Dialect, table string) statements {
 	t := d.QuoteTable(table)
 	p := d.QuotePermitsTable(table)
 	s := d.QuoteSessionsTable(table)
+	w := d.QuoteWaitersTable(table)
 	// Columns shared by lock and permit rows read with their holder's
 	// session, in the order row.commonFields reads them.
 	columns := func(r string) string {
@@ -198,6 +199,7 @@ func newStatements(d locktable.Dialect, table string) statements {
 		table:    table,
 		permits:  locktable.PermitsTable(table),
 		sessions: locktable.SessionsTable(table),
+		waiters:  locktable.WaitersTable(table),
 		selectRow: q.statement(fmt.Sprintf(`SELECT %s, %s
 			FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.name = @name
 			LEFT JOIN %s AS sess ON sess.session_id = t.session_id`, columns("t"), lockColumns, t, s)),
@@ -225,12 +227,8 @@ func newStatements(d locktable.Dialect, table string) statements {
 			FROM %s AS t LEFT JOIN %s AS sess ON sess.session_id = t.session_id
 			WHERE t.kind IS NULL AND (t.attempts IS NOT NULL OR t.completed_at IS NOT NULL)
 			ORDER BY t.name`, columns("t"), lockColumns, t, s)),
-		lockInTx: q.statement(fmt.Sprintf(`SELECT t.name, t.token, t.holder_id, t.session_id, t.acquired_at, t.payload, t.grant_id, %s
-			FROM %s AS t WHERE t.name = @name`, lockColumns, t)),
-		poolInTx: q.statement(fmt.Sprintf(`SELECT parent.kind, parent.permits, parent.token,
-			p.slot, p.token, p.holder_id, p.session_id, p.acquired_at, p.payload, p.high_water, p.grant_id
-			FROM %s AS parent LEFT JOIN %s AS p ON p.name = parent.name
-			WHERE parent.name = @name ORDER BY p.slot`, t, p)),
+		lineInTx:    q.statement(lineQuery(q, t, p, w, "")),
+		lineOutside: q.statement(lineQuery(q, t, p, w, s)),
 		sessionViews: q.statement(fmt.Sprintf(`SELECT sess.session_id, %s AS live, sess.renewed_at, %s AS expires_at, sess.high_water, %s AS now
 			FROM UNNEST(@ids) AS k JOIN %s AS sess ON sess.session_id = k`,
 			q.sessionLive("sess"), q.sessionExpires("sess"), q.now(), s)),
@@ -245,6 +243,42 @@ func newStatements(d locktable.Dialect, table string) statements {
 			FROM UNNEST(@pools) AS k JOIN %[4]s AS p ON p.name = k WHERE p.session_id = @session`,
 			q.null("INT64"), q.restampBefore(), t, p)),
 	}
+}
+
+// lineQuery reads the rows of @names that decide who may hold them (see
+// statements.lineInTx): parts "row", "permit" and "waiter", in the order
+// a line is kept. With sessions (the sessions table, quoted) each row also
+// says whether its session is live, by Spanner's clock, and when it
+// expires; without, the query touches no session row.
+func lineQuery(q dialect, t, p, w, sessions string) string {
+	str, i64, b, ts := q.null("STRING"), q.null("INT64"), q.null("BOOL"), q.null("TIMESTAMP")
+	live := func(r string) string {
+		if sessions == "" {
+			return ""
+		}
+		return fmt.Sprintf(`, %s AS live, sess.renewed_at, %s AS expires_at, sess.high_water AS session_high_water, %s AS now`,
+			q.leaseLive(r, "sess"), q.sessionExpires("sess"), q.now())
+	}
+	join := func(r string) string {
+		if sessions == "" {
+			return ""
+		}
+		return fmt.Sprintf(" LEFT JOIN %s AS sess ON sess.session_id = %s.session_id", sessions, r)
+	}
+	return fmt.Sprintf(`SELECT 'row' AS part, t.name, %[1]s AS slot, t.token, t.grant_id, t.holder_id, t.session_id, t.acquired_at,
+			t.payload, t.kind, t.permits, t.completed_at IS NOT NULL AS completed, t.attempts, %[4]s AS high_water,
+			%[4]s AS enqueued_at, %[2]s AS mode, %[2]s AS names%[5]s
+		FROM UNNEST(@names) AS k JOIN %[6]s AS t ON t.name = k%[7]s
+		UNION ALL
+		SELECT 'permit', p.name, p.slot, p.token, p.grant_id, p.holder_id, p.session_id, p.acquired_at,
+			p.payload, %[2]s, %[1]s, FALSE, %[1]s, p.high_water, %[4]s, %[2]s, %[2]s%[8]s
+		FROM UNNEST(@names) AS k JOIN %[9]s AS p ON p.name = k%[10]s
+		UNION ALL
+		SELECT 'waiter', w.name, %[1]s, %[1]s, %[2]s, w.holder_id, w.session_id, %[4]s,
+			w.payload, %[2]s, %[1]s, FALSE, %[1]s, %[4]s, w.enqueued_at, w.mode, w.names%[11]s
+		FROM UNNEST(@names) AS k JOIN %[12]s AS w ON w.name = k%[13]s
+		ORDER BY part, name, slot, enqueued_at, session_id`,
+		i64, str, b, ts, live("t"), t, join("t"), live("p"), p, join("p"), live("w"), w, join("w"))
 }
 
 // sessionTombstone writes a session row that is already expired, inserting

@@ -4,37 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/spanner"
 )
 
-// target is what an acquisition takes: a lock, or a slot of a semaphore or
-// worker pool. Only the rows differ; sessions, unknown outcomes, waiting,
-// registration and release are shared (acquire.go, release.go).
+// target is what an acquisition takes: one lock or several (AcquireAll),
+// exclusively or shared, or a slot of a semaphore or worker pool. Only the
+// rows differ; sessions, lines, unknown outcomes, waiting, registration and
+// release are shared (acquire.go, wait.go, release.go).
 type target interface {
-	// take runs inside the acquiring transaction: it reads what it needs
-	// and returns the writes that take the target, or a *busy error when
-	// the target is taken. It never reads a session row in the
-	// transaction: attempt.holdersLive reads them outside.
-	take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, []*spanner.Mutation, error)
+	// names are the names the target takes: one, or an AcquireAll's.
+	names() []string
+	// take runs inside the acquiring transaction: it reads the names' lines
+	// and returns the writes that take the target, or puts the attempt in
+	// line (errQueued), or a *busy error when the target is taken. It never
+	// reads a session row in the transaction: attempt.resolve reads them
+	// outside.
+	take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) ([]grant, []*spanner.Mutation, error)
 	// read reads the row a grant wrote, to learn an unknown outcome.
 	read(ctx context.Context, c *Client, g grant) (row, error)
-	// poll reads, outside any transaction, whether an acquisition could
-	// succeed now, or who blocks it (an error matching ErrNotAcquired) and
-	// how long until the first expiry that may free it.
-	poll(ctx context.Context, c *Client) (blocked error, expiresIn time.Duration, err error)
-	// name is the lock, semaphore or pool name.
-	name() string
+	// look judges lines read outside a transaction for a waiter whose place
+	// is place (nil when not in line) and whose session is s: the grants a
+	// release handed it, or whether it may take the target now, or what
+	// blocks it (matching ErrNotAcquired) and how long until the first
+	// expiry that may free it.
+	look(c *Client, lines map[string]*line, s *session, place *queueKey) (handed []grant, free bool, blocked error, expiresIn time.Duration)
 	// lock reports whether this is a lock, which a Client holds at most once.
 	lock() bool
 	// kind is spannerlock.kind: lock, permit or worker_id.
 	kind() string
 }
 
-// grant is what an acquiring transaction took.
+// grant is what an acquiring transaction, or a release handing on, took
+// for one name.
 type grant struct {
-	slot  int64 // lockSlot for a lock
+	name  string
+	slot  int64 // lockSlot for an exclusive lock
 	token int64
 	// id is the grant ID written in the row (leaseKey.grant).
 	id string
@@ -42,6 +49,8 @@ type grant struct {
 	acquiredAt time.Time
 	// notBefore is, for a worker ID, when its previous holder stopped using it.
 	notBefore time.Time
+	// attempts is, for a RunOnce slot handed on by a release, its runs.
+	attempts int64
 }
 
 // busy ends an acquiring transaction that found its target taken. It
@@ -57,91 +66,237 @@ type busy struct {
 func (b *busy) Error() string { return b.err.Error() }
 func (b *busy) Unwrap() error { return b.err }
 
-// errCompleted ends an acquisition of a RunOnce slot that succeeded, and
+// errCompleted ends an acquisition of a RunOnce slot that succeeded;
 // errReaped commits one that only unlinked expired permits (there were
-// more than one commit may take), so the next attempt can grant.
+// more than one commit may take), so the next attempt can grant; errQueued
+// commits one that found the target taken and put the attempt in line.
 var (
 	errCompleted = errors.New("completed")
 	errReaped    = errors.New("reaped expired permits")
+	errQueued    = errors.New("waiting in line")
 )
 
-// lockTarget is a lock, or a RunOnce slot (untilCompleted).
+// errWaitersAhead says a name is free but others wait for it first.
+func errWaitersAhead(name string) error {
+	return fmt.Errorf("%w: %q is free, but others wait in line for it", ErrNotAcquired, name)
+}
+
+// lockTarget is one lock or several taken together (AcquireAll), exclusively
+// or shared, or a RunOnce slot (untilCompleted).
 type lockTarget struct {
-	lockName       string
+	lockNames      []string
+	shared         bool
 	untilCompleted bool
 	// maxFailures, for a RunOnce slot, refuses to run it again once that
 	// many runs failed; 0 for no bound.
 	maxFailures int64
 }
 
-func (t lockTarget) name() string { return t.lockName }
-func (t lockTarget) lock() bool   { return true }
-func (t lockTarget) kind() string { return kindLock }
+func (t lockTarget) names() []string { return t.lockNames }
+func (t lockTarget) lock() bool      { return true }
+func (t lockTarget) kind() string    { return kindLock }
 
-func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, []*spanner.Mutation, error) {
-	c, name := a.c, t.lockName
+func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) ([]grant, []*spanner.Mutation, error) {
+	c := a.c
 	// A RunOnce slot counts its runs.
 	var attempts spanner.NullInt64
 	if t.untilCompleted {
 		attempts = spanner.NullInt64{Int64: 1, Valid: true}
 	}
-	if !c.knows(name) {
+	if name := t.lockNames[0]; len(t.lockNames) == 1 && !t.shared && a.place == nil && !c.knows(name) {
 		// A name this Client has not seen is usually new: inserting it first
 		// is then the whole acquisition (one statement; the schema's default
 		// picks the token). An existing row is left alone and read below.
 		token, inserted, err := c.st.insertFirstRow(ctx, tx, name, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts)
 		if err != nil || inserted {
-			return grant{slot: lockSlot, token: token, id: a.grant}, a.sessionWrites(), err
+			return []grant{{name: name, slot: lockSlot, token: token, id: a.grant}}, a.sessionWrites(), err
 		}
 	}
-	r, err := readLockInTx(ctx, tx, c.st.sql, name)
+	lines, err := readLines(ctx, tx, c.st.sql, t.lockNames, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.resolve(ctx, lines, true, false); err != nil {
+		return nil, nil, err
+	}
+	var blocked error
+	var expiresIn time.Duration
+	for _, name := range t.lockNames {
+		l := lines[name]
+		switch err := t.blocker(c, l, a.place); {
+		case errors.Is(err, errCompleted), errors.Is(err, ErrWrongKind), errors.Is(err, ErrTooManyFailures):
+			return nil, nil, err
+		case err != nil && blocked == nil:
+			blocked, expiresIn = err, l.soonest(t.shared)
+		}
+	}
+	var writes []*spanner.Mutation
+	if blocked != nil {
+		if !a.blocking || a.place != nil {
+			return nil, nil, &busy{err: blocked, expiresIn: expiresIn}
+		}
+		// Join the line of every name, each needing its row to exist.
+		for _, name := range t.lockNames {
+			if !lines[name].row.found {
+				if _, err := c.st.insertFreeRow(ctx, tx, name); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		enq, err := c.st.enqueue(t.lockNames, a.s.id, c.cfg.holderID, t.shared, a.cfg.payload)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, append(a.sessionWrites(), enq...), errQueued
+	}
+	grants := make([]grant, 0, len(t.lockNames))
+	for _, name := range t.lockNames {
+		l := lines[name]
+		g, w, err := t.grantOne(ctx, tx, a, l, attempts)
+		if err != nil {
+			return nil, nil, err
+		}
+		grants, writes = append(grants, g), append(writes, w...)
+		writes = append(writes, a.dequeueOwn(l)...)
+	}
+	return grants, append(a.sessionWrites(), writes...), nil
+}
+
+// blocker says why name's line keeps t from taking it now: a live holder
+// (a *HeldError), readers when t is a writer, or live waiters ahead; nil
+// when it may. It also refuses a name of the wrong kind, a RunOnce slot
+// done, or one that failed too often.
+func (t lockTarget) blocker(c *Client, l *line, place *queueKey) error {
+	r := &l.row
 	switch {
-	case err != nil:
-		return grant{}, nil, err
 	case r.kind.Valid:
-		return grant{}, nil, fmt.Errorf("%w: %q is %s, not a lock: choose another name", ErrWrongKind, name, describeKind(r.kind))
+		return fmt.Errorf("%w: %q is %s, not a lock: choose another name", ErrWrongKind, l.name, describeKind(r.kind))
 	case t.untilCompleted && r.completed:
-		return grant{}, nil, errCompleted
-	}
-	if err := a.holdersLive(ctx, []*row{&r}, false); err != nil {
-		return grant{}, nil, err
-	}
-	switch {
+		return errCompleted
 	case r.live:
-		return grant{}, nil, &busy{err: &HeldError{Holder: r.holder()}, expiresIn: r.remaining()}
-	case t.untilCompleted && t.maxFailures > 0 && r.attempts.Int64 >= t.maxFailures:
-		// Not live and not completed: every earlier run failed or crashed.
-		return grant{}, nil, fmt.Errorf("%w: %q failed %d times", ErrTooManyFailures, name, r.attempts.Int64)
-	case !r.found:
-		// Deleted by cleanup since this Client saw it: a first row again.
-		token, inserted, err := c.st.insertFirstRow(ctx, tx, name, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts)
-		if err == nil && !inserted {
-			err = fmt.Errorf("lease: %q: a first row was neither found nor inserted", name)
-		}
-		return grant{slot: lockSlot, token: token, id: a.grant}, a.sessionWrites(), err
+		return &HeldError{Holder: r.holder()}
 	}
+	if !t.shared {
+		for _, p := range l.permits {
+			if p.live {
+				return &HeldError{Holder: p.holder()}
+			}
+		}
+	}
+	if l.ahead(c.keeper.owns, t.shared, place) {
+		return errWaitersAhead(l.name)
+	}
+	if t.untilCompleted && t.maxFailures > 0 && r.attempts.Int64 >= t.maxFailures {
+		// Not live and not completed: every earlier run failed or crashed.
+		return fmt.Errorf("%w: %q failed %d times", ErrTooManyFailures, l.name, r.attempts.Int64)
+	}
+	return nil
+}
+
+// soonest is how long until the first holder that blocks a taker of l
+// expires.
+func (l *line) soonest(shared bool) time.Duration {
+	if l.row.live {
+		return l.row.remaining()
+	}
+	var first time.Duration
+	for _, p := range l.permits {
+		if p.live && !shared && (first == 0 || p.remaining() < first) {
+			first = p.remaining()
+		}
+	}
+	return first
+}
+
+// grantOne writes t's holding of one free name: the lock row for a writer,
+// a permit row of the name for a reader (the lock row keeps the name's last
+// token).
+func (t lockTarget) grantOne(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt, l *line, attempts spanner.NullInt64) (grant, []*spanner.Mutation, error) {
+	c := a.c
+	r := &l.row
 	if t.untilCompleted {
 		attempts.Int64 = r.attempts.Int64 + 1
 	}
+	if !r.found && !t.shared {
+		// Deleted by cleanup since this Client saw it, or a new name of an
+		// AcquireAll: a first row.
+		token, inserted, err := c.st.insertFirstRow(ctx, tx, l.name, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts)
+		if err == nil && !inserted {
+			err = fmt.Errorf("lease: %q: a first row was neither found nor inserted", l.name)
+		}
+		return grant{name: l.name, slot: lockSlot, token: token, id: a.grant}, nil, err
+	}
+	if !t.shared {
+		token := r.token.Int64 + 1
+		return grant{name: l.name, slot: lockSlot, token: token, id: a.grant},
+			[]*spanner.Mutation{c.st.lockGrant(l.name, token, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts)}, nil
+	}
+	var writes []*spanner.Mutation
 	token := r.token.Int64 + 1
-	writes := append(a.sessionWrites(), c.st.lockGrant(name, token, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts))
-	return grant{slot: lockSlot, token: token, id: a.grant}, writes, nil
+	if !r.found {
+		first, err := c.st.insertFreeRow(ctx, tx, l.name)
+		if err != nil {
+			return grant{}, nil, err
+		}
+		token = first
+	} else {
+		writes = append(writes, spanner.Update(c.st.sql.table, []string{"name", "token"}, []any{l.name, token}))
+	}
+	g := grant{name: l.name, slot: l.freeSlot(), token: token, id: a.grant}
+	return g, append(writes, c.st.permitRow(l.name, g.slot, token, g.id, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, time.Time{})), nil
 }
 
-func (t lockTarget) read(ctx context.Context, c *Client, _ grant) (row, error) {
-	return readRow(ctx, c.st.db.Single(), c.st.sql, t.lockName)
+// freeSlot is the lowest slot of l's permit rows that no live holding uses.
+func (l *line) freeSlot() int64 {
+	taken := map[int64]bool{}
+	for _, p := range l.permits {
+		if p.live {
+			taken[p.slot] = true
+		}
+	}
+	var slot int64
+	for taken[slot] {
+		slot++
+	}
+	return slot
 }
 
-func (t lockTarget) poll(ctx context.Context, c *Client) (error, time.Duration, error) {
-	r, err := readRow(ctx, c.st.db.Single(), c.st.sql, t.lockName)
-	if err != nil {
-		return nil, 0, err
+func (t lockTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
+	if g.slot != lockSlot {
+		return readPermitRow(ctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
 	}
-	c.noteSessions(r)
-	if !r.live || c.keeper.owns(r.sessionID.StringVal) || (t.untilCompleted && r.completed) {
-		return nil, 0, nil
+	return readRow(ctx, c.st.db.Single(), c.st.sql, g.name)
+}
+
+func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, error, time.Duration) {
+	// Handed on: every name names s with a grant this Client does not hold
+	// (it holds a name at most once, and is acquiring these).
+	var handed []grant
+	for _, name := range t.lockNames {
+		l := lines[name]
+		for _, r := range append([]row{l.row}, l.permits...) {
+			key := leaseKey{name: name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
+			if place != nil && r.sessionID.StringVal == s.id && r.grant.Valid && (r.slot == lockSlot) != t.shared && !s.hasLetGo(key) {
+				handed = append(handed, grant{name: name, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
+					acquiredAt: r.acquired.Time, attempts: l.row.attempts.Int64})
+				break
+			}
+		}
 	}
-	return &HeldError{Holder: r.holder()}, r.remaining(), nil
+	if len(handed) == len(t.lockNames) {
+		return handed, false, nil, 0
+	}
+	for _, name := range t.lockNames {
+		l := lines[name]
+		c.noteSessions(l)
+		if err := t.blocker(c, l, place); err != nil {
+			if errors.Is(err, errCompleted) {
+				return nil, true, nil, 0 // the attempt says so
+			}
+			return nil, false, err, l.soonest(t.shared)
+		}
+	}
+	return nil, true, nil, 0
 }
 
 // slotTarget is one permit of a semaphore, or one ID of a worker pool.
@@ -152,8 +307,8 @@ type slotTarget struct {
 	max int64
 }
 
-func (t slotTarget) name() string { return t.pool }
-func (t slotTarget) lock() bool   { return false }
+func (t slotTarget) names() []string { return []string{t.pool} }
+func (t slotTarget) lock() bool      { return false }
 
 func (t slotTarget) kind() string {
 	if t.workers {
@@ -162,65 +317,77 @@ func (t slotTarget) kind() string {
 	return kindPermit
 }
 
-func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, []*spanner.Mutation, error) {
+func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) ([]grant, []*spanner.Mutation, error) {
 	c := a.c
-	s, err := readPoolInTx(ctx, tx, c.st.sql, t.pool)
+	lines, err := readLines(ctx, tx, c.st.sql, []string{t.pool}, false)
 	if err != nil {
-		return grant{}, nil, err
+		return nil, nil, err
 	}
-	if t.workers && !s.found {
+	l := lines[t.pool]
+	if t.workers && !l.row.found {
 		// A pool is created by its first member; the schema's default seeds
 		// its tokens as it does a lock's.
-		if s.next, err = c.st.createParent(ctx, tx, t.pool, kindWorkers, spanner.NullInt64{}); err != nil {
-			return grant{}, nil, err
+		next, err := c.st.createParent(ctx, tx, t.pool, kindWorkers, spanner.NullInt64{})
+		if err != nil {
+			return nil, nil, err
 		}
-		s.found, s.kind = true, spanner.NullString{StringVal: kindWorkers, Valid: true}
+		l.row.found, l.row.kind, l.row.token = true, spanner.NullString{StringVal: kindWorkers, Valid: true}, next
 	}
-	p, err := t.planWithSessions(ctx, a, &s)
+	p, err := t.planWithSessions(ctx, a, l)
 	if err != nil {
-		return grant{}, nil, err
+		return nil, nil, err
 	}
 	writes := make([]*spanner.Mutation, 0, len(p.reap)+3)
 	for _, r := range p.reap {
 		writes = append(writes, c.st.permitUnlink(t.pool, r))
 	}
-	if p.full {
-		if p.reapOnly {
-			return grant{}, writes, errReaped
+	waiting := l.ahead(c.keeper.owns, false, a.place)
+	switch {
+	case p.full && p.reapOnly:
+		return nil, writes, errReaped
+	case p.full || waiting:
+		blocked := fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
+		if !p.full {
+			blocked = errWaitersAhead(t.pool)
 		}
-		return grant{}, nil, &busy{err: fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool), expiresIn: s.soonest().remaining()}
+		if !a.blocking || a.place != nil {
+			return nil, nil, &busy{err: blocked, expiresIn: l.state().soonest().remaining()}
+		}
+		enq, err := c.st.enqueue([]string{t.pool}, a.s.id, c.cfg.holderID, false, a.cfg.payload)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, append(append(writes, a.sessionWrites()...), enq...), errQueued
 	}
-	g := grant{slot: p.slot, token: s.next.Int64, id: a.grant, notBefore: s.slot(p.slot).notBefore()}
+	s := l.state()
+	g := grant{name: t.pool, slot: p.slot, token: s.next.Int64, id: a.grant, notBefore: s.slot(p.slot).notBefore()}
 	highWater := c.cfg.markFrom(a.sent)
 	if g.notBefore.After(highWater) {
 		highWater = g.notBefore
 	}
 	writes = append(writes, a.sessionWrites()...)
+	writes = append(writes, a.dequeueOwn(l)...)
 	writes = append(writes, c.st.permitGrant(t.pool, g.slot, g.token, g.id, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, highWater)...)
-	return g, writes, nil
+	return []grant{g}, writes, nil
 }
 
-// planWithSessions plans a grant, learning whether the permits' holders are
-// live only when the plan depends on it: a semaphore with room even if
-// every permit whose session is unknown were live needs no read. A worker
-// pool always reads them: it takes the lowest free ID, and the new holder
-// waits past its previous holder's mark.
-func (t slotTarget) planWithSessions(ctx context.Context, a *attempt, s *semaphoreState) (slotPlan, error) {
-	rows := make([]*row, 0, len(s.slots))
-	for i := range s.slots {
-		rows = append(rows, &s.slots[i])
-	}
-	if !t.workers {
-		unknown := a.assumeLive(rows)
-		p, err := t.plan(*s, maxReap)
+// planWithSessions plans a grant, learning whether the permits' holders
+// and the waiters are live only when the plan depends on it: a semaphore
+// with no waiters and room even if every permit whose session is unknown
+// were live needs no read. A worker pool always reads them: it takes the
+// lowest free ID, and the new holder waits past its previous holder's mark.
+func (t slotTarget) planWithSessions(ctx context.Context, a *attempt, l *line) (slotPlan, error) {
+	if !t.workers && len(l.waiters) == 0 {
+		unknown := a.assumeLive(l.permits)
+		p, err := t.plan(l.state(), maxReap)
 		if err != nil || !p.full || !unknown {
 			return p, err
 		}
 	}
-	if err := a.holdersLive(ctx, rows, t.workers); err != nil {
+	if err := a.resolve(ctx, map[string]*line{l.name: l}, false, t.workers); err != nil {
 		return slotPlan{}, err
 	}
-	return t.plan(*s, maxReap)
+	return t.plan(l.state(), maxReap)
 }
 
 // maxReap bounds the expired permits one grant unlinks, so that a grant's
@@ -246,17 +413,9 @@ type slotPlan struct {
 // only row that matters to a worker ID's holder is its own, which the grant
 // of that ID writes.
 func (t slotTarget) plan(s semaphoreState, reapLimit int) (slotPlan, error) {
-	var capacity int64
-	switch {
-	case t.workers && s.kind.StringVal != kindWorkers:
-		return slotPlan{}, fmt.Errorf("%w: %q is %s, not a worker-ID pool: choose another name", ErrWrongKind, t.pool, describeKind(s.kind))
-	case t.workers:
-		capacity = t.max
-	default:
-		if err := s.declared(); err != nil {
-			return slotPlan{}, err
-		}
-		capacity = s.permits.Int64
+	capacity, err := t.capacity(s)
+	if err != nil {
+		return slotPlan{}, err
 	}
 	taken := map[int64]bool{}
 	var p slotPlan
@@ -295,35 +454,72 @@ func (t slotTarget) plan(s semaphoreState, reapLimit int) (slotPlan, error) {
 	return p, nil
 }
 
+// capacity is how many permits of the pool may be live at once.
+func (t slotTarget) capacity(s semaphoreState) (int64, error) {
+	switch {
+	case t.workers && s.kind.StringVal != kindWorkers:
+		return 0, fmt.Errorf("%w: %q is %s, not a worker-ID pool: choose another name", ErrWrongKind, t.pool, describeKind(s.kind))
+	case t.workers:
+		return t.max, nil
+	}
+	if err := s.declared(); err != nil {
+		return 0, err
+	}
+	return s.permits.Int64, nil
+}
+
 func (t slotTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
 	return readPermitRow(ctx, c.st.db.Single(), c.st.sql, t.pool, g.slot)
 }
 
-func (t slotTarget) poll(ctx context.Context, c *Client) (error, time.Duration, error) {
-	s, err := readSemaphore(ctx, c.st.db.Single(), c.st.sql, t.pool)
-	if err != nil {
-		return nil, 0, err
+func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, error, time.Duration) {
+	l := lines[t.pool]
+	c.noteSessions(l)
+	if t.workers && !l.row.found {
+		return nil, true, nil, 0
 	}
-	for _, r := range s.slots {
-		c.noteSessions(r)
+	if place != nil {
+		// Handed on: a permit naming s that this Client does not hold.
+		held := c.keeper.heldKeys(t.pool)
+		for _, r := range l.permits {
+			if r.sessionID.StringVal == s.id && r.grant.Valid && !held[leaseKey{name: t.pool, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}] {
+				return []grant{{name: t.pool, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
+					acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}}, false, nil, 0
+			}
+		}
 	}
-	if t.workers && !s.found {
-		return nil, 0, nil
+	st := l.state()
+	p, err := t.plan(st, maxReap)
+	switch {
+	case err != nil:
+		return nil, false, err, 0
+	case p.full && !p.reapOnly:
+		return nil, false, fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool), st.soonest().remaining()
+	case l.ahead(c.keeper.owns, false, place):
+		return nil, false, errWaitersAhead(t.pool), st.soonest().remaining()
 	}
-	p, err := t.plan(s, maxReap)
-	if err != nil {
-		return nil, 0, err
-	}
-	if !p.full || p.reapOnly {
-		return nil, 0, nil
-	}
-	return fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool), s.soonest().remaining(), nil
+	return nil, true, nil, 0
 }
 
-// noteSessions remembers a session that a read outside transactions found
-// expired, so acquisitions need not read it again.
-func (c *Client) noteSessions(r row) {
-	if r.sessionID.Valid && !r.live {
-		c.keeper.dead.add(r.sessionID.StringVal)
+// noteSessions remembers the sessions that a read outside transactions
+// found expired, so acquisitions need not read them again.
+func (c *Client) noteSessions(l *line) {
+	for _, r := range append([]row{l.row}, l.permits...) {
+		if r.sessionID.Valid && !r.live {
+			c.keeper.dead.add(r.sessionID.StringVal)
+		}
 	}
+	for _, w := range l.waiters {
+		if !w.live {
+			c.keeper.dead.add(w.key.session)
+		}
+	}
+}
+
+// sortedNames returns names without duplicates, in order: an AcquireAll
+// takes the same set however it is spelled.
+func sortedNames(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,8 +49,8 @@ type ownedRow struct {
 }
 
 // readOwned reads, in tx, which of keys still name session with their
-// tokens.
-func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction, session string, keys []leaseKey) (map[leaseKey]ownedRow, error) {
+// tokens, and which of the names in waits name it with another grant.
+func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction, session string, keys []leaseKey, waits []string) (map[leaseKey]ownedRow, []string, error) {
 	// The query returns every row naming the session among these names;
 	// the tokens are compared here, against the keys asked about.
 	asked := map[leaseKey]bool{}
@@ -65,9 +66,15 @@ func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction
 			pools = append(pools, k.name)
 		}
 	}
+	waited := map[string]bool{}
+	for _, name := range waits {
+		waited[name] = true
+		locks, pools = append(locks, name), append(pools, name)
+	}
 	owned := map[leaseKey]ownedRow{}
-	if len(keys) == 0 {
-		return owned, nil
+	var handed []string
+	if len(keys) == 0 && len(waits) == 0 {
+		return owned, nil, nil
 	}
 	err := tx.Query(ctx, st.sql.owned.bind(map[string]any{"session": session, "locks": locks, "pools": pools})).Do(func(r *spanner.Row) error {
 		var (
@@ -85,30 +92,36 @@ func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction
 		if part == "permit" {
 			k.slot = slot.Int64
 		}
-		if asked[k] {
+		switch {
+		case asked[k]:
 			owned[k] = o
+		case waited[name] && !slices.Contains(handed, name):
+			handed = append(handed, name)
 		}
 		return nil
 	})
-	return owned, err
+	return owned, handed, err
 }
 
 // renewal is what a renewal found.
 type renewal struct {
 	// owned are the leases checked whose rows still name the session.
 	owned map[leaseKey]ownedRow
+	// handed are the names waited for that a release handed the session.
+	handed []string
 	// sent is when the committed attempt began, commitTs when it committed.
 	sent, commitTs time.Time
 }
 
-// renew extends s: it checks keys (reads L, P) and renews S with a blind
-// write. It fails with errSessionGone if S is no longer in Spanner.
-func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewal, error) {
+// renew extends s: it checks keys (reads L, P), looks whether the names in
+// waits (L, P) name s with a grant it does not know, and renews S with a
+// blind write. It fails with errSessionGone if S is no longer in Spanner.
+func (st *store) renew(ctx context.Context, s *session, keys []leaseKey, waits []string) (renewal, error) {
 	var out renewal
 	ts, err := st.transact(ctx, keeperLane, "spannerlock-renew", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
 		out = renewal{sent: time.Now()}
-		owned, err := st.readOwned(ctx, tx, s.id, keys)
-		out.owned = owned
+		var err error
+		out.owned, out.handed, err = st.readOwned(ctx, tx, s.id, keys, waits)
 		return []*spanner.Mutation{s.renewal(st.sql, out.sent)}, err
 	})
 	if isRowNotFound(err) {
@@ -118,40 +131,12 @@ func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewa
 	return out, err
 }
 
-// letGo clears the rows of gos that still name s with their tokens (reads
-// and writes L, P), and writes the sessions in expire as expired (Close).
-// It returns the rows it found owned, which it cleared.
-func (st *store) letGo(ctx context.Context, l lane, tag string, s *session, holderID string, gos []letGo, expire []string) (map[leaseKey]ownedRow, error) {
-	keys := make([]leaseKey, len(gos))
-	for i, g := range gos {
-		keys[i] = g.leaseKey
-	}
-	var owned map[leaseKey]ownedRow
-	_, err := st.transact(ctx, l, tag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		var err error
-		if owned, err = st.readOwned(ctx, tx, s.id, keys); err != nil {
-			return nil, err
-		}
-		var writes []*spanner.Mutation
-		for _, g := range gos {
-			if _, ok := owned[g.leaseKey]; ok {
-				writes = append(writes, g.clear(st.sql))
-			}
-		}
-		for _, id := range expire {
-			writes = append(writes, st.sql.sessionTombstone(id, holderID))
-		}
-		return writes, nil
-	})
-	return owned, err
-}
-
 // restamp stamps the lock rows among keys that still name s (reads and
 // writes L), so that a table's row deletion policy, which judges rows by
 // renewed_at, never deletes a held lock.
 func (st *store) restamp(ctx context.Context, s *session, keys []leaseKey) error {
 	_, err := st.transact(ctx, keeperLane, "spannerlock-restamp", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		owned, err := st.readOwned(ctx, tx, s.id, keys)
+		owned, _, err := st.readOwned(ctx, tx, s.id, keys, nil)
 		var writes []*spanner.Mutation
 		for k, o := range owned {
 			if o.stale {
@@ -196,6 +181,17 @@ func (st *store) insertFirstRow(ctx context.Context, tx *spanner.ReadWriteTransa
 	return token, inserted, err
 }
 
+// insertFreeRow inserts, in tx, a free first row for name unless one exists
+// (a line needs its name's row), and returns the name's token.
+func (st *store) insertFreeRow(ctx context.Context, tx *spanner.ReadWriteTransaction, name string) (int64, error) {
+	var token int64
+	err := tx.Query(ctx, st.sql.insert.bind(map[string]any{
+		"name": name, "holder": spanner.NullString{}, "session": spanner.NullString{}, "ttl": spanner.NullInt64{},
+		"payload": []byte(nil), "attempts": spanner.NullInt64{}, "grant": spanner.NullString{},
+	})).Do(func(r *spanner.Row) error { return r.Column(0, &token) })
+	return token, err
+}
+
 // lockGrant is the write that gives an existing lock row to session with
 // token.
 func (st *store) lockGrant(name string, token int64, grant, holderID, session string, ttl time.Duration, payload []byte, attempts spanner.NullInt64) *spanner.Mutation {
@@ -209,10 +205,19 @@ func (st *store) lockGrant(name string, token int64, grant, holderID, session st
 func (st *store) permitGrant(pool string, slot, token int64, grant, holderID, session string, ttl time.Duration, payload []byte, highWater time.Time) []*spanner.Mutation {
 	return []*spanner.Mutation{
 		spanner.Update(st.sql.table, []string{"name", "token"}, []any{pool, token + 1}),
-		spanner.InsertOrUpdate(st.sql.permits,
-			[]string{"name", "slot", "token", "grant_id", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload", "high_water"},
-			[]any{pool, slot, token, grant, holderID, session, ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, payload, highWater}),
+		st.permitRow(pool, slot, token, grant, holderID, session, ttl, payload, highWater),
 	}
+}
+
+// permitRow is the write of one permit row: a semaphore's permit, a worker
+// ID, or a lock's shared holding. A zero highWater keeps the row's mark.
+func (st *store) permitRow(name string, slot, token int64, grant, holderID, session string, ttl time.Duration, payload []byte, highWater time.Time) *spanner.Mutation {
+	cols := []string{"name", "slot", "token", "grant_id", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload"}
+	vals := []any{name, slot, token, grant, holderID, session, ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, payload}
+	if !highWater.IsZero() {
+		cols, vals = append(cols, "high_water"), append(vals, highWater)
+	}
+	return spanner.InsertOrUpdate(st.sql.permits, cols, vals)
 }
 
 // permitUnlink is the write that frees an expired permit: its session link
@@ -237,10 +242,12 @@ func (st *store) createParent(ctx context.Context, tx *spanner.ReadWriteTransact
 // NULL undeclares it (reads and writes the parent row).
 func (st *store) setPermits(ctx context.Context, name string, n spanner.NullInt64, declareIfMissing bool) error {
 	_, err := st.transact(ctx, callerLane, "spannerlock-set-permits", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		s, err := readPoolInTx(ctx, tx, st.sql, name)
-		switch {
-		case err != nil:
+		lines, err := readLines(ctx, tx, st.sql, []string{name}, false)
+		if err != nil {
 			return nil, err
+		}
+		s := lines[name].state()
+		switch {
 		case !s.found && declareIfMissing:
 			_, err := st.createParent(ctx, tx, name, kindSemaphore, n)
 			return nil, err
@@ -261,10 +268,11 @@ func (st *store) setPermits(ctx context.Context, name string, n spanner.NullInt6
 func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 	var r row
 	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		var err error
-		if r, err = readLockInTx(ctx, tx, st.sql, name); err != nil {
+		lines, err := readLines(ctx, tx, st.sql, []string{name}, false)
+		if err != nil {
 			return nil, err
 		}
+		r = lines[name].row
 		if r.kind.Valid {
 			return nil, fmt.Errorf("%w: %q is %s, not a lock: force-release one of its permits", ErrWrongKind, name, describeKind(r.kind))
 		}
@@ -284,11 +292,13 @@ func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64) (row, error) {
 	var r row
 	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		s, err := readPoolInTx(ctx, tx, st.sql, name)
-		switch {
-		case err != nil:
+		lines, err := readLines(ctx, tx, st.sql, []string{name}, false)
+		if err != nil {
 			return nil, err
-		case s.found && s.kind.StringVal != kindSemaphore && s.kind.StringVal != kindWorkers:
+		}
+		s := lines[name].state()
+		switch {
+		case s.found && s.kind.StringVal != kindSemaphore && s.kind.StringVal != kindWorkers && len(s.slots) == 0:
 			return nil, fmt.Errorf("%w: %q is %s, not a semaphore or worker pool: force-release it as a lock", ErrWrongKind, name, describeKind(s.kind))
 		}
 		r = s.slot(slot)

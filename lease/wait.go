@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -68,38 +69,87 @@ func (w *waiter) gaveUp(ctx context.Context) error {
 	return &WaitError{Name: w.name, Err: ctx.Err(), Last: w.last}
 }
 
-// untilFree waits until what blocked an acquisition may be free: a change
-// of this Client's own hold on the name, a release in this process, the
-// blocker's expiry by Spanner's clock, or a poll that finds room.
-func (w *waiter) untilFree(ctx context.Context, t target, b *busy) error {
-	if b.local != nil {
-		return w.sleep(ctx, b.local, 0)
-	}
-	signal, unsubscribe := subscribe(w.c.st.signalKey(t.name()))
-	defer unsubscribe()
-	expiresIn := b.expiresIn
+// untilTurn waits, in line at place with session s, until a release hands
+// t to s (it returns the grants) or it may be t's turn, or its place is
+// gone (it returns nil: the caller attempts, which queues it again if it
+// must). It looks at the line after a backoff step, at once when a release
+// in this process (or the keeper's renewal, which reads the names it waits
+// for) signals one of t's names, and sooner when the blocker's lease is due
+// to expire.
+func (w *waiter) untilTurn(ctx context.Context, t target, s *session, place *queueKey) ([]grant, error) {
+	var expiresIn time.Duration
 	for {
-		if err := w.sleep(ctx, signal, expiresIn); err != nil || isClosed(signal) {
-			return err
+		signal, unsubscribe := w.c.subscribeAll(t.names())
+		err := w.sleep(ctx, signal, expiresIn)
+		unsubscribe()
+		if err != nil {
+			return nil, err
 		}
 		pctx, cancel := context.WithTimeout(ctx, w.c.cfg.pollTimeout())
-		blocked, in, err := t.poll(pctx, w.c)
+		lines, err := readLines(pctx, w.c.st.db.Single(), w.c.st.sql, t.names(), true)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return w.gaveUp(ctx)
+			return nil, w.gaveUp(ctx)
 		case err != nil && transient(err):
 			w.saw(err)
-			w.c.log.Warn("polling a held lease failed; retrying", "name", w.name, "err", err)
+			w.c.log.Warn("reading the line failed; retrying", "name", w.name, "err", err)
 			continue
 		case err != nil:
-			return w.c.st.explain(err)
-		case blocked == nil:
-			return nil
+			return nil, w.c.st.explain(err)
+		}
+		handed, free, blocked, in := t.look(w.c, lines, s, place)
+		switch {
+		case handed != nil:
+			if leftovers(w.c, lines, s, place, handed) {
+				// An entry of this session whose outcome the Client never
+				// learnt, or a grant a release made to it: taken out, and
+				// handed on, once the grant is taken up.
+				defer w.c.keeper.leaveLater(s, t.names())
+			}
+			return handed, nil
+		case !inLine(lines, *place):
+			return nil, errPlaceGone
+		case free:
+			return nil, nil
 		}
 		w.saw(blocked)
 		expiresIn = in
 	}
+}
+
+// leftovers reports whether lines hold, besides place and the grants
+// handed it, entries of this Client's or grants to s that nobody holds.
+func leftovers(c *Client, lines map[string]*line, s *session, place *queueKey, handed []grant) bool {
+	for name, l := range lines {
+		for _, w := range l.waiters {
+			if c.keeper.owns(w.key.session) && !w.key.is(*place) {
+				return true
+			}
+		}
+		held := c.keeper.heldKeys(name)
+		for _, r := range append([]row{l.row}, l.permits...) {
+			key := leaseKey{name: name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
+			if r.sessionID.StringVal == s.id && !held[key] && !slices.ContainsFunc(handed, func(g grant) bool { return g.id == key.grant }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// errPlaceGone says a waiter's place is no longer in line (a release took
+// it for a dead session's, or it was never written): it queues again.
+var errPlaceGone = errors.New("the place in line is gone")
+
+// inLine reports whether place is still in the line of every name.
+func inLine(lines map[string]*line, place queueKey) bool {
+	for _, l := range lines {
+		if !slices.ContainsFunc(l.waiters, func(w waiterRow) bool { return w.key.is(place) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // sleep waits for the next backoff step, cut short by wake, by expiry of

@@ -41,10 +41,11 @@ func (c *Client) AcquireWorkerID(ctx context.Context, pool string, size int) (*W
 	if size < 1 || size > MaxWorkerIDs {
 		return nil, fmt.Errorf("lease: AcquireWorkerID %q: the pool size must be in [1, %d], got %d", pool, MaxWorkerIDs, size)
 	}
-	l, err := c.acquire(ctx, "AcquireWorkerID", slotTarget{pool: pool, workers: true, max: int64(size)}, acquireConfig{}, false)
+	leases, err := c.acquire(ctx, "AcquireWorkerID", slotTarget{pool: pool, workers: true, max: int64(size)}, acquireConfig{}, false)
 	if err != nil {
 		return nil, err
 	}
+	l := leases[0]
 	// time.Until compares wall clocks here: notBefore came from Spanner and
 	// carries no monotonic reading.
 	if wait := time.Until(l.notBefore); wait > 0 {

@@ -13,7 +13,7 @@ import (
 // it is created and never changes. Its methods render the one schema
 // definition in the dialect (DDL, CreateDDL, DDLAt, DropDDL), name its tables
 // in the dialect's SQL (Quote, QuoteTable, QuotePermitsTable,
-// QuoteSessionsTable) and read a live table in it (Inspect, ExistingTables).
+// QuoteSessionsTable, QuoteWaitersTable) and read a live table in it (Inspect, ExistingTables).
 // The zero Dialect is GoogleSQL, the dialect of every database created
 // before dialects existed.
 type Dialect string
@@ -92,6 +92,10 @@ func (d Dialect) QuoteTable(table string) string { return d.Quote(table) }
 // QuotePermitsTable returns the name of the lock table's permits table
 // (PermitsTable) as d's SQL must write it.
 func (d Dialect) QuotePermitsTable(table string) string { return d.Quote(PermitsTable(table)) }
+
+// QuoteWaitersTable returns the name of the lock table's waiters table
+// quoted for SQL in the dialect.
+func (d Dialect) QuoteWaitersTable(table string) string { return d.Quote(WaitersTable(table)) }
 
 // QuoteSessionsTable returns the name of the lock table's sessions table
 // (SessionsTable) as d's SQL must write it.

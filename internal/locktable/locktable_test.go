@@ -711,7 +711,7 @@ func TestParseDialect(t *testing.T) {
 }
 
 func TestConflicts(t *testing.T) {
-	if got := ConflictingNames("locks"); strings.Join(got, ",") != "locks_sessions,locks_permits" {
+	if got := ConflictingNames("locks"); strings.Join(got, ",") != "locks_sessions,locks_permits,locks_waiters" {
 		t.Errorf("ConflictingNames(locks) = %v", got)
 	}
 	if got := ConflictingNames("Locks_Sessions"); !slices.Contains(got, "Locks") {

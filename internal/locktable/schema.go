@@ -277,6 +277,34 @@ var versions = [][]change{
 		addColumnsTo(permitsSuffix,
 			Column{Name: "grant_id", Type: stringOf(32)},
 		),
+		// The line of waiters for each lock, semaphore or worker pool, in
+		// the order they began waiting: a grant goes to the first live
+		// waiter, and a release hands the name to it in the same commit. A
+		// permit row of a lock's name is a shared (reader) holding.
+		createTable(func(table string) Table {
+			return Table{
+				Name:   table + waitersSuffix,
+				Parent: table,
+				Columns: []Column{
+					{Name: "name", Type: stringOf(1024), NotNull: true},
+					// enqueued_at is the commit timestamp of the waiter's
+					// entry, the same on every name of one AcquireAll, so
+					// lines that share waiters order them alike.
+					{Name: "enqueued_at", Type: timestampType, NotNull: true, CommitTimestamp: true},
+					// session_id is the waiting Client's: the entry lives as
+					// long as the session does.
+					{Name: "session_id", Type: stringOf(64), NotNull: true},
+					{Name: "holder_id", Type: stringOf(1024)},
+					// mode is "shared" for a reader, NULL for a writer.
+					{Name: "mode", Type: stringOf(16)},
+					// names lists, as a JSON array, every name an AcquireAll
+					// waits for; NULL for one name.
+					{Name: "names", Type: stringOf(0)},
+					{Name: "payload", Type: bytesType},
+				},
+				Key: []string{"name", "enqueued_at", "session_id"},
+			}
+		}),
 	},
 }
 
@@ -284,6 +312,7 @@ var versions = [][]change{
 const (
 	permitsSuffix  = "_permits"
 	sessionsSuffix = "_sessions"
+	waitersSuffix  = "_waiters"
 )
 
 // PermitsTable returns the name of the table of semaphore permits and worker IDs.
@@ -291,6 +320,9 @@ func PermitsTable(table string) string { return table + permitsSuffix }
 
 // SessionsTable returns the name of the table of Client sessions.
 func SessionsTable(table string) string { return table + sessionsSuffix }
+
+// WaitersTable returns the name of the table of waiters in line.
+func WaitersTable(table string) string { return table + waitersSuffix }
 
 func addColumns(cols ...Column) change {
 	return func(s *Schema, _ string) {

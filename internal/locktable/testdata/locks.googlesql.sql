@@ -35,3 +35,13 @@ CREATE TABLE `locks_permits` (
   `grant_id` STRING(32),
 ) PRIMARY KEY (`name`, `slot`),
   INTERLEAVE IN PARENT `locks` ON DELETE CASCADE;
+CREATE TABLE `locks_waiters` (
+  `name` STRING(1024) NOT NULL,
+  `enqueued_at` TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+  `session_id` STRING(64) NOT NULL,
+  `holder_id` STRING(1024),
+  `mode` STRING(16),
+  `names` STRING(MAX),
+  `payload` BYTES(MAX),
+) PRIMARY KEY (`name`, `enqueued_at`, `session_id`),
+  INTERLEAVE IN PARENT `locks` ON DELETE CASCADE;

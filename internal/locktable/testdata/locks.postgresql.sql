@@ -36,3 +36,13 @@ CREATE TABLE "locks_permits" (
   "grant_id" character varying(32),
   PRIMARY KEY ("name", "slot")
 ) INTERLEAVE IN PARENT "locks" ON DELETE CASCADE;
+CREATE TABLE "locks_waiters" (
+  "name" character varying(1024) NOT NULL,
+  "enqueued_at" spanner.commit_timestamp NOT NULL,
+  "session_id" character varying(64) NOT NULL,
+  "holder_id" character varying(1024),
+  "mode" character varying(16),
+  "names" character varying,
+  "payload" bytea,
+  PRIMARY KEY ("name", "enqueued_at", "session_id")
+) INTERLEAVE IN PARENT "locks" ON DELETE CASCADE;

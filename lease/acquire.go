@@ -139,12 +139,12 @@ func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireCon
 	var placed *session
 	defer func() {
 		if place != nil {
-			c.keeper.waiting(t, -1)
+			c.waiting(t, -1)
 		}
 	}()
 	leave := func() {
 		if place != nil {
-			c.keeper.waiting(t, -1)
+			c.waiting(t, -1)
 			c.leaveLine(ctx, t, placed)
 			place, placed = nil, nil
 		}
@@ -161,7 +161,7 @@ func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireCon
 			return leases, nil
 		case errors.Is(err, errQueued):
 			if place == nil {
-				c.keeper.waiting(t, 1)
+				c.waiting(t, 1)
 			}
 			place, placed = &queueKey{at: at, session: s.id}, s
 			err = nil
@@ -200,9 +200,9 @@ func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireCon
 		if place == nil {
 			continue
 		}
-		handed, err := w.untilTurn(ctx, t, placed, place)
+		handed, leftover, err := w.untilTurn(ctx, t, placed, place)
 		if errors.Is(err, errPlaceGone) {
-			c.keeper.waiting(t, -1)
+			c.waiting(t, -1)
 			place, placed = nil, nil
 			continue
 		}
@@ -212,6 +212,13 @@ func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireCon
 		}
 		if handed != nil {
 			leases, err := c.adopt(t, placed, handed, cfg)
+			c.keeper.unclaim(grantIDs(handed)...)
+			if leftover {
+				// An entry of this session whose outcome the Client never
+				// learnt, or a grant a release made to it that nobody took
+				// up: taken out, and handed on.
+				c.keeper.leaveLater(placed, t.names())
+			}
 			if err == nil {
 				return leases, nil
 			}
@@ -240,15 +247,25 @@ func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig, p
 		if place != nil && place.session != s.id {
 			place = nil // the place belonged to an ended session
 		}
-		gs, at, err := c.attempt(ctx, s, r, t, cfg, place, blocking)
+		// The grant is claimed until it is registered (or never will be), so
+		// that no leave of this Client clears it meanwhile.
+		grantID := randomHex(16)
+		c.keeper.claim(grantID) // a new ID: no one else claims it
+		gs, at, err := c.attempt(ctx, s, r, t, cfg, place, blocking, grantID)
 		var gone errSessionGone
 		if errors.As(err, &gone) && tries < bornLostRetries {
+			c.keeper.unclaim(grantID)
 			continue
 		}
 		if err != nil {
+			c.keeper.unclaim(grantID)
 			return nil, at, s, err
 		}
 		leases, err := c.registerAll(t, s, gs, cfg)
+		c.keeper.unclaim(grantID)
+		if len(gs) > 0 && gs[0].id != grantID {
+			c.keeper.unclaim(grantIDs(gs)...) // taken up
+		}
 		if errors.Is(err, ErrLeaseLost) && tries < bornLostRetries {
 			continue
 		}
@@ -308,8 +325,12 @@ type attempt struct {
 	// sent is when the transaction's current try began: the session's
 	// deadline counts from it.
 	sent time.Time
-	// grant is the grant ID of the current try.
+	// grant is the grant ID of the attempt: one of its tries commits at
+	// most, so all use it.
 	grant string
+	// adopted are the IDs of grants handed to the session that the try
+	// claimed to take up (slotTarget.takeUp).
+	adopted []string
 }
 
 // sessionWrites are the writes of the session's row that the attempt's
@@ -455,7 +476,7 @@ func (j judge) resolve(ctx context.Context, lines map[string]*line, lock, needMa
 // written, ended (gone from Spanner, or committed too late to count), or
 // unknown. An attempt that put itself in line returns errQueued and its
 // commit timestamp, its place.
-func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg acquireConfig, place *queueKey, blocking bool) ([]grant, time.Time, error) {
+func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg acquireConfig, place *queueKey, blocking bool, grantID string) ([]grant, time.Time, error) {
 	var (
 		a          *attempt
 		gs         []grant
@@ -471,9 +492,18 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 	actx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
 	deadline, _ := actx.Deadline()
+	granted := false
+	defer func() {
+		if a != nil && !granted {
+			c.keeper.unclaim(a.adopted...) // a grant taken up is unclaimed once registered
+		}
+	}()
 	commitTs, err := c.st.transact(actx, callerLane, "spannerlock-acquire", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		if a != nil {
+			c.keeper.unclaim(a.adopted...) // an earlier try's
+		}
 		a = &attempt{judge: judge{k: c.keeper, self: s.id}, c: c, s: s, role: r, cfg: cfg, place: place, blocking: blocking,
-			sent: time.Now(), grant: randomHex(16)}
+			sent: time.Now(), grant: grantID}
 		var (
 			writes []*spanner.Mutation
 			err    error
@@ -503,9 +533,10 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		}
 	case err != nil && committing && queued:
 		// A place in line that may or may not have been taken: this Client
-		// does not count on it; an entry that landed lives as long as the
-		// session, behind this Client's next one, which the attempt that
-		// takes the name removes.
+		// does not count on it, and the keeper takes this Client's entries
+		// out of the line (a later place of the caller's with them: it
+		// queues again), so an entry that landed holds up nobody.
+		c.keeper.leaveLater(s, t.names())
 		return nil, time.Time{}, c.st.explain(err)
 	}
 	var gone errSessionGone
@@ -529,10 +560,13 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		return nil, time.Time{}, errSessionGone{s}
 	case err == nil:
 		for i := range gs {
-			gs[i].acquiredAt = commitTs
+			if gs[i].acquiredAt.IsZero() { // not a grant a release made, taken up
+				gs[i].acquiredAt = commitTs
+			}
 		}
 		c.remember(t)
 		c.log.Debug("acquired", "name", gs[0].name, "slot", gs[0].slot, "token", gs[0].token)
+		granted = true
 		return gs, commitTs, nil
 	case errors.As(err, &gone) && r == create:
 		c.keeper.abandon(s, "its ID was already in Spanner")
@@ -673,4 +707,19 @@ func (c *Client) remember(t target) {
 	for _, name := range t.names() {
 		c.known[name] = struct{}{}
 	}
+}
+
+// waiting counts this Client's places in t's lines: the keeper renews the
+// session of a Client in line, and the waiters instrument shows them.
+func (c *Client) waiting(t target, delta int) {
+	c.keeper.waiting(t, delta)
+	c.tel.waitingChanged(t.kind(), int64(delta))
+}
+
+func grantIDs(gs []grant) []string {
+	ids := make([]string, len(gs))
+	for i, g := range gs {
+		ids[i] = g.id
+	}
+	return ids
 }

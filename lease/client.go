@@ -173,8 +173,8 @@ func (c *Client) Close() error {
 // forget drops an ended lease from the Client and wakes local waiters.
 func (c *Client) forget(l *Lease) {
 	c.keeper.forget(l)
-	if l.slot != lockSlot {
-		return
+	if l.kind != kindLock {
+		return // a Client may hold several permits of a semaphore or pool
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -148,15 +148,22 @@
 //     *WaitError wrapping ctx.Err() and what its last look at Spanner found:
 //     the holder (matching ErrNotAcquired), or the error that kept Spanner
 //     from answering, which does not match it: an outage is never reported
-//     as contention. While another process holds the lease it reads the
-//     lease row after 25ms, then at doubling intervals up to the poll
-//     interval (WithPollInterval, default 1s), where it stays, so a short
-//     hold hands off quickly and a long wait costs one read per interval; it
-//     also wakes at the holder's expiry, and a Release in the same process
-//     wakes it at once.
+//     as contention. Waiters are served first come, first served across
+//     processes: a blocked acquisition joins the name's line (a row of the
+//     waiters table, live as long as its Client's session), and a Release
+//     hands the name to the first live waiter in the releasing transaction.
+//     A waiter that gives up leaves the line; one whose process dies holds up
+//     the line for at most a TTL. In line it reads its line after 25ms, then
+//     at doubling intervals up to the poll interval (WithPollInterval,
+//     default 1s), where it stays, so a short hold hands off quickly and a
+//     long wait costs one read per interval; it also wakes at the holder's
+//     expiry, and a Release in the same process wakes it at once.
+//   - AcquireShared holds a name with other readers and no writer; readers
+//     and writers wait in one line in the order they came. AcquireAll takes
+//     several names in one transaction or none, waiting in each name's line.
 //   - TryAcquire returns an error matching ErrNotAcquired when Spanner says
 //     the lease is held, including by the same Client (leases are not
-//     re-entrant); when another Client holds it, the error is a *HeldError
+//     re-entrant), or when live waiters are in line for it; when another Client holds it, the error is a *HeldError
 //     that names the holder. Neither Acquire nor TryAcquire returns a lease
 //     that is already lost.
 //   - Holder returns an error matching ErrNoHolder when no one holds the lease.
@@ -231,8 +238,14 @@
 //   - spannerlock.renewal.duration (Histogram, s): each renewal transaction.
 //   - spannerlock.acquire.wait (Histogram, s): how long a blocking
 //     acquisition waited, by spannerlock.kind and spannerlock.result.
+//   - spannerlock.lease.hold (Histogram, s): how long each lease was held,
+//     by spannerlock.kind and spannerlock.outcome: released, lost, closed.
+//   - spannerlock.lease.waiting (UpDownCounter, {waiter}): this process's
+//     blocking acquisitions in line now, by spannerlock.kind; the lines of
+//     every process are in Spanner (Client.Waiters, spannerlock status).
 //
-// Spans: spannerlock.Acquire, spannerlock.TryAcquire,
+// Spans: spannerlock.Acquire, spannerlock.TryAcquire, spannerlock.AcquireShared,
+// spannerlock.TryAcquireShared, spannerlock.AcquireAll,
 // spannerlock.AcquirePermit, spannerlock.TryAcquirePermit,
 // spannerlock.AcquireWorkerID, spannerlock.RunOnce (with the Acquire and
 // spannerlock.Complete of its slot beneath it), spannerlock.Release and

@@ -71,7 +71,9 @@ type harness struct {
 	ranOnce bool
 	// stepDown ends a Campaign's leadership and waits for Campaign.
 	stepDown func() error
-	note     string
+	// waited, if set, returns what a rival waiting in line got.
+	waited chan error
+	note   string
 }
 
 const runOnceJob = "report"
@@ -121,6 +123,32 @@ type scenario struct {
 	// A lease may be lost when both planned faults blackhole renewals on a
 	// loaded machine: that is the local deadline doing its job.
 	renewal bool
+	// counts, if set, chooses the RPCs the case counts and faults instead:
+	// the line cases leave out the polls of a waiter, whose number depends
+	// on timing.
+	counts func(rpc) bool
+}
+
+// transactionRPCs counts the RPCs of the Client's acquiring, releasing and
+// leaving transactions.
+func transactionRPCs(r rpc) bool {
+	switch r.tag {
+	case "spannerlock-acquire", "spannerlock-release", "spannerlock-leave":
+		return true
+	}
+	return false
+}
+
+// waitInLine waits until Spanner lists holder in name's line, or 2 TTLs.
+func waitInLine(h *harness, observer *lease.Client, name, holder string) {
+	deadline := time.Now().Add(2 * enumTTL)
+	for time.Now().Before(deadline) {
+		ws, err := observer.Waiters(h.ctx)
+		if err == nil && slices.ContainsFunc(ws, func(w lease.Waiter) bool { return w.Name == name && w.HolderID == holder }) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // acquireX is the operation of the acquisition cases.
@@ -200,6 +228,64 @@ var scenarios = []scenario{
 		if l, err := h.c.TryAcquire(context.Background(), "x"); err == nil {
 			h.hold(l)
 			h.t.Errorf("TryAcquire of a name another Client holds succeeded with token %d", l.Token())
+		}
+	}},
+	{name: "Acquire in line, handed the name by a release", counts: transactionRPCs, setup: func(h *harness) {
+		h.locks = []string{"x"}
+		anchored(h)
+		l, err := h.newRival("holder").Acquire(h.ctx, "x")
+		fatalIf(h.t, err, "setup: the holder's Acquire")
+		h.old = append(h.old, l)
+	}, op: func(h *harness) {
+		released := make(chan struct{})
+		go func() {
+			defer close(released)
+			waitInLine(h, newClientWith(h.t, h.modelled()), "x", "under-test")
+			_ = h.old[0].Release(h.ctx)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 4*enumTTL)
+		defer cancel()
+		l, err := h.c.Acquire(ctx, "x")
+		<-released
+		if err != nil {
+			h.noted("Acquire(x): %v", err)
+			return
+		}
+		h.hold(l)
+	}},
+	{name: "Acquire gives up in line", counts: transactionRPCs, setup: func(h *harness) {
+		anchored(h)
+		l, err := h.newRival("holder").Acquire(h.ctx, "x")
+		fatalIf(h.t, err, "setup: the holder's Acquire")
+		h.kept = append(h.kept, l)
+	}, op: func(h *harness) {
+		ctx, cancel := context.WithTimeout(context.Background(), enumTTL)
+		defer cancel()
+		if l, err := h.c.Acquire(ctx, "x"); err == nil {
+			h.hold(l)
+			h.t.Errorf("Acquire of a name another Client holds succeeded with token %d", l.Token())
+		}
+	}},
+	{name: "release handing on to a waiter", counts: transactionRPCs, setup: func(h *harness) {
+		h.locks = []string{"x"}
+		anchored(h)
+		mustHold(h, "x")
+		waiter := h.newRival("waiter")
+		h.waited = make(chan error, 1)
+		go func() {
+			l, err := waiter.Acquire(h.ctx, "x")
+			if err == nil {
+				h.mu.Lock()
+				h.old = append(h.old, l)
+				h.mu.Unlock()
+				err = l.Release(h.ctx)
+			}
+			h.waited <- err
+		}()
+		waitInLine(h, newClientWith(h.t, h.modelled()), "x", "waiter")
+	}, op: func(h *harness) {
+		if err := h.last().Release(context.Background()); err != nil {
+			h.noted("Release: %v", err)
 		}
 	}},
 	{name: "renewal of 1 lease", renewal: true, setup: func(h *harness) { h.locks = []string{"x"}; mustHold(h, "x") },
@@ -419,7 +505,10 @@ func runCase(t *testing.T, spec caseSpec) []string {
 	spec.sc.setup(h)
 
 	counts := notRenewals
-	if spec.sc.renewal {
+	switch {
+	case spec.sc.counts != nil:
+		counts = spec.sc.counts
+	case spec.sc.renewal:
 		counts = renewals
 	}
 	h.f.arm(counts, spec.plan)
@@ -440,6 +529,8 @@ func runCase(t *testing.T, spec caseSpec) []string {
 	}
 	checkDeadlines(h)
 	checkLetGo(h, opEnd)
+	checkLeftTheLine(h, opEnd)
+	checkWaiterServed(h)
 	checkRivals(h)
 	checkRenewalsNeverWaited(h)
 	return trace
@@ -453,6 +544,43 @@ func runCase(t *testing.T, spec caseSpec) []string {
 func checkRenewalsNeverWaited(h *harness) {
 	for _, w := range h.model.waitsBy("spannerlock-renew") {
 		h.t.Errorf("a renewal waited for a lock: %s", w)
+	}
+}
+
+// checkLeftTheLine: once the operation returned, the Client under test
+// waits in no line: a waiter that gave up, or whose place's outcome it never
+// learnt, is out of the line within a TTL even though its Client lives on.
+func checkLeftTheLine(h *harness, opEnd time.Time) {
+	observer := newClientWith(h.t, h.modelled())
+	bound := opEnd.Add(enumTTL + enumTTL/3)
+	for {
+		ws, err := observer.Waiters(h.ctx)
+		fatalIf(h.t, err, "Waiters")
+		if !slices.ContainsFunc(ws, func(w lease.Waiter) bool { return w.HolderID == "under-test" }) {
+			return
+		}
+		if time.Now().After(bound) {
+			h.t.Errorf("the Client under test is still in line %s after the operation returned: %+v", time.Since(opEnd), ws)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkWaiterServed: a rival in line when the Client under test released
+// the name gets it, at the latest when the released lease would have
+// expired.
+func checkWaiterServed(h *harness) {
+	if h.waited == nil {
+		return
+	}
+	select {
+	case err := <-h.waited:
+		if err != nil {
+			h.t.Errorf("the waiter in line: %v", err)
+		}
+	case <-time.After(3 * enumTTL):
+		h.t.Errorf("the waiter in line did not get the name within %s of the release", 3*enumTTL)
 	}
 }
 

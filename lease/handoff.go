@@ -23,6 +23,15 @@ func (k *keeper) release(ctx context.Context, ln lane, tag string, s *session, g
 		names = append(names, g.name)
 	}
 	names = sortedNames(append(names, leaving...))
+	if len(leaving) > 0 {
+		k.leaving.Lock()
+		defer func() {
+			k.mu.Lock()
+			k.leaves++
+			k.mu.Unlock()
+			k.leaving.Unlock()
+		}()
+	}
 	var owned map[leaseKey]bool
 	_, err := k.st.transact(ctx, ln, tag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
 		owned = map[leaseKey]bool{}
@@ -53,7 +62,7 @@ func (k *keeper) release(ctx context.Context, ln lane, tag string, s *session, g
 			held := k.heldKeys(name)
 			for _, r := range append([]*row{&l.row}, ptrs(l.permits)...) {
 				key := leaseKey{name: name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
-				if r.sessionID.StringVal == s.id && !held[key] {
+				if r.sessionID.StringVal == s.id && !held[key] && !k.claimed(key.grant) {
 					// Handed to this Client, which gave up before it saw.
 					writes = append(writes, letGo{leaseKey: key}.clear(k.st.sql))
 					r.sessionID, freed[name] = spanner.NullString{}, true

@@ -12,7 +12,8 @@ import (
 type Holder struct {
 	// Name is the lock's name, or the semaphore's or worker pool's.
 	Name string
-	// Kind is "lock", "permit" (of a semaphore) or "worker_id".
+	// Kind is "lock", "shared" (a reader of a lock: AcquireShared), "permit"
+	// (of a semaphore) or "worker_id".
 	Kind string
 	// Slot numbers a permit within its semaphore; for a worker ID it is the
 	// ID. It is 0 for a lock.
@@ -31,9 +32,10 @@ type Holder struct {
 
 // Holder returns the live holder of the named lease, or an error matching
 // ErrNoHolder when it is free, or ErrWrongKind when the name is a
-// semaphore's or worker pool's (read those with Semaphore or Holders). The
-// Terraform data source reads the same row the same way, so the two never
-// disagree.
+// semaphore's or worker pool's (read those with Semaphore or Holders). A
+// lock held shared returns its first reader, of Kind "shared" (Holders
+// lists them all). The Terraform data source reads the same rows the same
+// way, so the two never disagree.
 func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
 	if err := validateName("lease name", name); err != nil {
 		return Holder{}, err
@@ -41,16 +43,61 @@ func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
 	if err := c.st.prepare(ctx); err != nil {
 		return Holder{}, err
 	}
-	r, err := readRow(ctx, c.st.db.Single(), c.st.sql, name)
-	switch {
-	case err != nil:
+	lines, err := readLines(ctx, c.st.db.Single(), c.st.sql, []string{name}, true)
+	if err != nil {
 		return Holder{}, c.st.explain(err)
+	}
+	l := lines[name]
+	switch r := l.row; {
 	case r.kind.Valid:
 		return Holder{}, fmt.Errorf("%w: %q is %s, not a lock: read its permits with Semaphore or Holders", ErrWrongKind, name, describeKind(r.kind))
-	case !r.live:
-		return Holder{}, fmt.Errorf("%w: %q", ErrNoHolder, name)
+	case r.live:
+		return r.holder(), nil
 	}
-	return r.holder(), nil
+	for _, p := range l.permits {
+		if p.live {
+			return p.holder(), nil
+		}
+	}
+	return Holder{}, fmt.Errorf("%w: %q", ErrNoHolder, name)
+}
+
+// Waiter is one blocking acquisition waiting in a name's line.
+type Waiter struct {
+	// Name is the lock's, semaphore's or worker pool's name.
+	Name     string
+	HolderID string
+	// Shared is set for a reader (AcquireShared).
+	Shared bool
+	// Since is when it joined the line (a commit timestamp).
+	Since time.Time
+}
+
+// Waiters returns the live waiters of every line in the table, by name and
+// in the order they will be served, in one read. An AcquireAll waits in
+// the line of each of its names. Like Holders it reads the whole table.
+func (c *Client) Waiters(ctx context.Context) ([]Waiter, error) {
+	if err := c.st.prepare(ctx); err != nil {
+		return nil, err
+	}
+	var waiters []Waiter
+	err := c.st.db.Single().Query(ctx, c.st.sql.selectWaiters.bind(nil)).Do(func(sr *spanner.Row) error {
+		var (
+			w    Waiter
+			mode spanner.NullString
+			id   spanner.NullString
+		)
+		if err := sr.Columns(&w.Name, &id, &mode, &w.Since); err != nil {
+			return err
+		}
+		w.HolderID, w.Shared = id.StringVal, mode.StringVal == modeShared
+		waiters = append(waiters, w)
+		return nil
+	})
+	if err != nil {
+		return nil, c.st.explain(err)
+	}
+	return waiters, nil
 }
 
 // Holders returns every live lease in the table: locks, then the permits of

@@ -59,12 +59,23 @@ type keeper struct {
 	// (see session.confirm for why that holds even if a late renewal
 	// lands).
 	ended, dead *recentIDs
+
+	// Leaving a line clears grants that name this Client's session but that
+	// it does not hold (handed to a waiter that gave up). An acquisition or
+	// adoption in flight holds a grant it has not registered yet: it claims
+	// the grant's ID first, and a leave clears no claimed grant. leaving
+	// is held by a leave from its check of the claims until its commit, so a
+	// claim made meanwhile waits for it; leaves counts the leaves done, so
+	// an adoption that looked before one can tell.
+	leaving sync.Mutex
+	claims  map[string]int
+	leaves  uint64
 }
 
 func newKeeper(st *store, cfg config, log *slog.Logger, tel telemetry) *keeper {
 	background, stop := context.WithCancel(context.Background())
 	k := &keeper{st: st, cfg: cfg, log: log, tel: tel, background: background, stop: stop,
-		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, waits: map[string]int{},
+		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, waits: map[string]int{}, claims: map[string]int{},
 		ended: newRecentIDs(1000), dead: newRecentIDs(10000)}
 	k.sess = newSession(cfg, k.deadlinePassed)
 	return k
@@ -559,4 +570,65 @@ func (r *recentIDs) has(id string) bool {
 	defer r.mu.Unlock()
 	_, ok := r.set[id]
 	return ok
+}
+
+// claim marks grant IDs as being taken up by this Client, waiting for a
+// leave in flight; it returns how many leaves were done before it, and
+// false (claiming nothing) when another caller of this Client claims one of
+// them already.
+func (k *keeper) claim(ids ...string) (leaves uint64, ok bool) {
+	k.leaving.Lock()
+	defer k.leaving.Unlock()
+	return k.claimLocked(ids)
+}
+
+// tryClaim is claim for a caller inside a transaction, which must not wait
+// for a leave (the leave may wait for its lane): it claims nothing while a
+// leave is in flight.
+func (k *keeper) tryClaim(id string) bool {
+	if !k.leaving.TryLock() {
+		return false
+	}
+	defer k.leaving.Unlock()
+	_, ok := k.claimLocked([]string{id})
+	return ok
+}
+
+func (k *keeper) claimLocked(ids []string) (uint64, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		if k.claims[id] > 0 {
+			return k.leaves, false
+		}
+	}
+	for _, id := range ids {
+		k.claims[id]++
+	}
+	return k.leaves, true
+}
+
+// unclaim ends claims once the grants are registered, or will never be.
+func (k *keeper) unclaim(ids ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		if k.claims[id]--; k.claims[id] <= 0 {
+			delete(k.claims, id)
+		}
+	}
+}
+
+// claimed reports whether an acquisition or adoption claims grant id.
+func (k *keeper) claimed(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.claims[id] > 0
+}
+
+// leavesDone returns how many leaves were done.
+func (k *keeper) leavesDone() uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.leaves
 }

@@ -40,10 +40,12 @@ type Lease struct {
 	releasing sync.Mutex
 
 	mu sync.Mutex
-	// counted is set while the lease counts in spannerlock.lease.held.
-	counted bool
-	ended   bool
-	endedAt time.Time // when the Context was cancelled, for tests
+	// counted is set while the lease counts in spannerlock.lease.held;
+	// heldSince is when it began to, for spannerlock.lease.hold.
+	counted   bool
+	heldSince time.Time
+	ended     bool
+	endedAt   time.Time // when the Context was cancelled, for tests
 	// lossReported makes only the first Release of a lost lease return ErrLeaseLost.
 	lossReported bool
 }
@@ -100,7 +102,7 @@ func (l *Lease) registered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.ended && !l.counted {
-		l.counted = true
+		l.counted, l.heldSince = true, time.Now()
 		l.c.tel.heldChanged(l.kind, 1)
 	}
 }
@@ -130,6 +132,7 @@ func (l *Lease) end(cause error, announce func()) bool {
 	if l.counted {
 		l.counted = false
 		l.c.tel.heldChanged(l.kind, -1)
+		l.c.tel.heldFor(l.kind, time.Since(l.heldSince), cause)
 	}
 	l.mu.Unlock()
 	if announce != nil {

@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		runHolderProcess()
 		return
 	}
+	if os.Getenv(contenderEnv) != "" {
+		runContender()
+		return
+	}
 	// The fault enumeration's cases spend their time waiting on Spanner and
 	// on expiries, each on its own database: they run wide. The other tests
 	// time renewals closely, so at most timedTests of them run at once.

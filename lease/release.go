@@ -114,8 +114,9 @@ func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, er
 	}
 	defer l.c.forget(l)
 	g := letGo{leaseKey: l.key(), complete: complete}
-	if l.slot != lockSlot {
-		// After end: the ID is no longer in use (see WorkerID.Use).
+	if l.kind != kindLock {
+		// After end: the ID is no longer in use (see WorkerID.Use). A
+		// reader's permit row of a lock needs no mark.
 		g.mark = l.stoppedAt(time.Now())
 	}
 	outcome, err := l.c.letGoNow(ctx, l.sess, g, op)
@@ -130,40 +131,62 @@ func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, er
 
 // letGoNow clears g's row in one transaction, bounded by the call timeout.
 func (c *Client) letGoNow(ctx context.Context, s *session, g letGo, op string) (string, error) {
+	return c.letGoAll(ctx, s, []letGo{g}, op)
+}
+
+// letGoAll clears the rows of gos, leases of one session, in one
+// transaction bounded by the call timeout. When the outcome is unknown it
+// reads the rows, and leaves those it cannot settle to the keeper.
+func (c *Client) letGoAll(ctx context.Context, s *session, gos []letGo, op string) (string, error) {
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
-	owned, err := c.keeper.release(sctx, callerLane, "spannerlock-release", s, []letGo{g}, nil, nil)
-	held := owned[g.leaseKey]
-	switch {
-	case err == nil && held:
-		announceRelease(c.st.signalKey(g.name))
+	owned, err := c.keeper.release(sctx, callerLane, "spannerlock-release", s, gos, nil, nil)
+	if err == nil {
+		var lost error
+		for _, g := range gos {
+			if owned[g.leaseKey] {
+				announceRelease(c.st.signalKey(g.name))
+			} else if lost == nil {
+				lost = fmt.Errorf("lease: %s: %w", op, lostError(g.name, g.token, "it expired or was taken before "+op))
+			}
+		}
+		if lost != nil {
+			return outcomeLost, lost
+		}
 		return outcomeReleased, nil
-	case err == nil:
-		return outcomeLost, fmt.Errorf("lease: %s: %w", op, lostError(g.name, g.token, "it expired or was taken before "+op))
 	}
 	// The commit may have happened: ask Spanner rather than guess.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
 	defer rcancel()
-	var r row
-	var rerr error
-	if g.slot == lockSlot {
-		r, rerr = readRow(rctx, c.st.db.Single(), c.st.sql, g.name)
-	} else {
-		r, rerr = readPermitRow(rctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
+	outcome, result := outcomeReleased, error(nil)
+	for _, g := range gos {
+		var r row
+		var rerr error
+		if g.slot == lockSlot {
+			r, rerr = readRow(rctx, c.st.db.Single(), c.st.sql, g.name)
+		} else {
+			r, rerr = readPermitRow(rctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
+		}
+		switch {
+		case rerr == nil && r.heldBy(s.id, g.token, g.grant):
+		case rerr == nil && g.complete && !r.completedWith(g.token):
+			// Not completed under this lease: not at all, or by a holder that
+			// took the slot after this lease was lost.
+			if outcome == outcomeReleased {
+				outcome, result = outcomeLost, fmt.Errorf("lease: %s: %w", op, lostError(g.name, g.token, "it expired or was taken before "+op))
+			}
+			continue
+		case rerr == nil:
+			announceRelease(c.st.signalKey(g.name))
+			continue
+		}
+		c.keeper.letGoLater(s, g)
+		if outcome != outcomeDeferred {
+			outcome, result = outcomeDeferred, fmt.Errorf("lease: %s %q: %w; it is no longer renewed: the Client clears it in the background, or it expires within %s",
+				op, g.name, c.st.explain(err), c.cfg.ttl)
+		}
 	}
-	switch {
-	case rerr == nil && r.heldBy(s.id, g.token, g.grant):
-	case rerr == nil && g.complete && !r.completedWith(g.token):
-		// Not completed under this lease: not at all, or by a holder that
-		// took the slot after this lease was lost.
-		return outcomeLost, fmt.Errorf("lease: %s: %w", op, lostError(g.name, g.token, "it expired or was taken before "+op))
-	case rerr == nil:
-		announceRelease(c.st.signalKey(g.name))
-		return outcomeReleased, nil
-	}
-	c.keeper.letGoLater(s, g)
-	return outcomeDeferred, fmt.Errorf("lease: %s %q: %w; it is no longer renewed: the Client clears it in the background, or it expires within %s",
-		op, g.name, c.st.explain(err), c.cfg.ttl)
+	return outcome, result
 }
 
 // leaveLine takes this Client's place out of t's lines, clearing any grant

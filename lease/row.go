@@ -52,8 +52,10 @@ func (r row) holder() Holder {
 		slot = 0
 	case r.parentKind.StringVal == kindWorkers:
 		kind = kindWorkerID
-	default:
+	case r.parentKind.Valid:
 		kind = kindPermit
+	default:
+		kind = kindShared // a permit row of a lock: a reader
 	}
 	return Holder{
 		Name:       r.name,

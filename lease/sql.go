@@ -163,6 +163,8 @@ type statements struct {
 	// see lineOutside. lineOutside is the same read outside transactions,
 	// with each row's session judged live or not by Spanner.
 	lineInTx, lineOutside statement
+	// selectWaiters reads every live waiter of the table, in line order.
+	selectWaiters statement
 	// sessionViews reads, outside transactions, what Spanner says of the
 	// given sessions now: whether each is live, and its worker-ID mark.
 	sessionViews statement
@@ -229,6 +231,9 @@ func newStatements(d locktable.Dialect, table string) statements {
 			ORDER BY t.name`, columns("t"), lockColumns, t, s)),
 		lineInTx:    q.statement(lineQuery(q, t, p, w, "")),
 		lineOutside: q.statement(lineQuery(q, t, p, w, s)),
+		selectWaiters: q.statement(fmt.Sprintf(`SELECT w.name, w.holder_id, w.mode, w.enqueued_at
+			FROM %s AS w JOIN %s AS sess ON sess.session_id = w.session_id
+			WHERE %s ORDER BY w.name, w.enqueued_at, w.session_id`, w, s, q.sessionLive("sess"))),
 		sessionViews: q.statement(fmt.Sprintf(`SELECT sess.session_id, %s AS live, sess.renewed_at, %s AS expires_at, sess.high_water, %s AS now
 			FROM UNNEST(@ids) AS k JOIN %s AS sess ON sess.session_id = k`,
 			q.sessionLive("sess"), q.sessionExpires("sess"), q.now(), s)),

@@ -276,7 +276,7 @@ func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *q
 		l := lines[name]
 		for _, r := range append([]row{l.row}, l.permits...) {
 			key := leaseKey{name: name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
-			if place != nil && r.sessionID.StringVal == s.id && r.grant.Valid && (r.slot == lockSlot) != t.shared && !s.hasLetGo(key) {
+			if place != nil && r.sessionID.StringVal == s.id && r.grant.Valid && (r.slot == lockSlot) != t.shared && !s.hasLetGo(key) && !c.keeper.claimed(key.grant) {
 				handed = append(handed, grant{name: name, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
 					acquiredAt: r.acquired.Time, attempts: l.row.attempts.Int64})
 				break
@@ -341,6 +341,9 @@ func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 	for _, r := range p.reap {
 		writes = append(writes, c.st.permitUnlink(t.pool, r))
 	}
+	if g, ok := t.takeUp(a, l); ok {
+		return []grant{g}, append(a.sessionWrites(), a.dequeueOwn(l)...), nil
+	}
 	waiting := l.ahead(c.keeper.owns, false, a.place)
 	switch {
 	case p.full && p.reapOnly:
@@ -369,6 +372,27 @@ func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 	writes = append(writes, a.dequeueOwn(l)...)
 	writes = append(writes, c.st.permitGrant(t.pool, g.slot, g.token, g.id, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, highWater)...)
 	return []grant{g}, writes, nil
+}
+
+// takeUp finds a semaphore's permit that a release handed this session and
+// that nobody in this Client holds or is taking up, and claims it for a: a
+// waiter whose poll found room before the release committed takes up the
+// permit it was handed, rather than a second one that would leave the
+// first unused until its session ends.
+func (t slotTarget) takeUp(a *attempt, l *line) (grant, bool) {
+	if t.workers {
+		return grant{}, false
+	}
+	held := a.c.keeper.heldKeys(t.pool)
+	for _, r := range l.permits {
+		key := leaseKey{name: t.pool, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
+		if r.sessionID.StringVal != a.s.id || !r.grant.Valid || held[key] || a.s.hasLetGo(key) || !a.c.keeper.tryClaim(key.grant) {
+			continue
+		}
+		a.adopted = append(a.adopted, key.grant)
+		return grant{name: t.pool, slot: r.slot, token: r.token.Int64, id: key.grant, acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}, true
+	}
+	return grant{}, false
 }
 
 // planWithSessions plans a grant, learning whether the permits' holders
@@ -482,7 +506,8 @@ func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *q
 		// Handed on: a permit naming s that this Client does not hold.
 		held := c.keeper.heldKeys(t.pool)
 		for _, r := range l.permits {
-			if r.sessionID.StringVal == s.id && r.grant.Valid && !held[leaseKey{name: t.pool, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}] {
+			key := leaseKey{name: t.pool, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
+			if r.sessionID.StringVal == s.id && r.grant.Valid && !held[key] && !s.hasLetGo(key) && !c.keeper.claimed(key.grant) {
 				return []grant{{name: t.pool, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
 					acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}}, false, nil, 0
 			}

@@ -31,7 +31,10 @@ const (
 
 // Kinds of lease (spannerlock.kind).
 const (
-	kindLock     = "lock"
+	kindLock = "lock"
+	// kindShared is a Holder's kind for a shared (reader) lease of a lock;
+	// its telemetry counts it as a lock.
+	kindShared   = "shared"
 	kindPermit   = "permit"
 	kindWorkerID = "worker_id"
 )
@@ -70,6 +73,8 @@ type telemetry struct {
 	losses       metric.Int64Counter
 	renewal      metric.Float64Histogram
 	wait         metric.Float64Histogram
+	hold         metric.Float64Histogram
+	waiting      metric.Int64UpDownCounter
 	table        attribute.KeyValue
 }
 
@@ -98,6 +103,12 @@ func newTelemetry(table string, mp metric.MeterProvider, tp trace.TracerProvider
 	errs = append(errs, err)
 	t.wait, err = m.Float64Histogram("spannerlock.acquire.wait", metric.WithUnit("s"),
 		metric.WithDescription("How long a blocking acquisition waited, until it acquired or gave up."))
+	errs = append(errs, err)
+	t.hold, err = m.Float64Histogram("spannerlock.lease.hold", metric.WithUnit("s"),
+		metric.WithDescription("How long each lease was held, from its acquisition until it was released, lost or closed."))
+	errs = append(errs, err)
+	t.waiting, err = m.Int64UpDownCounter("spannerlock.lease.waiting", metric.WithUnit("{waiter}"),
+		metric.WithDescription("This process's blocking acquisitions waiting in line now."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		otel.Handle(err) // the instruments returned still work, as no-ops
@@ -147,6 +158,22 @@ func (t telemetry) acquired(ctx context.Context, kind string, try bool, began ti
 
 func (t telemetry) heldChanged(kind string, delta int64) {
 	t.held.Add(context.Background(), delta, metric.WithAttributes(t.table, attrKind.String(kind)))
+}
+
+func (t telemetry) waitingChanged(kind string, delta int64) {
+	t.waiting.Add(context.Background(), delta, metric.WithAttributes(t.table, attrKind.String(kind)))
+}
+
+// heldFor records how long a lease was held, by the outcome that ended it.
+func (t telemetry) heldFor(kind string, d time.Duration, cause error) {
+	outcome := outcomeReleased
+	switch {
+	case errors.Is(cause, ErrLeaseLost):
+		outcome = outcomeLost
+	case errors.Is(cause, ErrClosed):
+		outcome = "closed"
+	}
+	t.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(t.table, attrKind.String(kind), attrOutcome.String(outcome)))
 }
 
 func (t telemetry) lost(kind string, reason lossReason) {

@@ -13,22 +13,26 @@ import (
 
 // Every read-write transaction the package makes, and the rows it reads and
 // writes. L is a lock row (or a semaphore's or pool's parent row, which
-// lives in the same table), P a permit row, S a session row. On Spanner a
-// transaction holds a shared lock on every row it reads until it ends
-// (commit, rollback, or Spanner aborting it as idle when its end is lost),
-// and a younger writer of such a row waits for it.
+// lives in the same table), P a permit row (a semaphore's or pool's, or a
+// reader's of a lock), W a waiter row of a name's line, S a session row. On
+// Spanner a transaction holds a shared lock on every row it reads until it
+// ends (commit, rollback, or Spanner aborting it as idle when its end is
+// lost), and a younger writer of such a row waits for it.
 //
-//	transaction         tag                      reads             writes
-//	acquire a lock      spannerlock-acquire      L                 L; S (see below)
-//	grant a slot        spannerlock-acquire      parent, P of it   parent, P; S (see below)
-//	renew               spannerlock-renew        L, P it checks    S
-//	let go              spannerlock-release      L, P it clears    L, P; S (Close)
-//	restamp             spannerlock-restamp      L it stamps       L
-//	set permits         spannerlock-set-permits  parent            parent
-//	force release       spannerlock-force-release L or parent, P   L or parent, P
-//	expire a session    spannerlock-end-session  -                 S
+//	transaction         tag                      reads               writes
+//	acquire a lock      spannerlock-acquire      L, P, W of names    L or P; W (join or leave the line); S (see below)
+//	grant a slot        spannerlock-acquire      parent, P, W        parent, P; W; S (see below)
+//	renew               spannerlock-renew        L, P it checks      S
+//	                                             and of names waited
+//	let go              spannerlock-release      L, P, W of names    L, P (cleared, and handed to waiters); W; S (Close)
+//	leave a line        spannerlock-leave        L, P, W of names    W; L, P handed and never taken up
+//	restamp             spannerlock-restamp      L it stamps         L
+//	set permits         spannerlock-set-permits  parent              parent
+//	force release       spannerlock-force-release L or parent, P     L or parent, P
+//	expire a session    spannerlock-end-session  -                   S
 //
-// An acquisition writes S only when it creates the session (an insert) or
+// Whether a waiter, or the holder of a row, is live is read outside the
+// transaction, like every session. // An acquisition writes S only when it creates the session (an insert) or
 // the session has idled (a renewal). Every write of S is blind, and no
 // read-write transaction reads S: whether a session is live is read
 // outside transactions (readSessions, and the joins of the reads in

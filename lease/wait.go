@@ -70,48 +70,55 @@ func (w *waiter) gaveUp(ctx context.Context) error {
 }
 
 // untilTurn waits, in line at place with session s, until a release hands
-// t to s (it returns the grants) or it may be t's turn, or its place is
-// gone (it returns nil: the caller attempts, which queues it again if it
-// must). It looks at the line after a backoff step, at once when a release
-// in this process (or the keeper's renewal, which reads the names it waits
-// for) signals one of t's names, and sooner when the blocker's lease is due
-// to expire.
-func (w *waiter) untilTurn(ctx context.Context, t target, s *session, place *queueKey) ([]grant, error) {
+// t to s (it returns the grants, claimed: the caller unclaims them once
+// registered, and leftover says whether lines hold other entries or grants
+// of this Client to leave) or it may be t's turn, or its place is gone (it
+// returns nil: the caller attempts, which queues it again if it must). It
+// looks at the line after a backoff step, at once when a release in this
+// process (or the keeper's renewal, which reads the names it waits for)
+// signals one of t's names, and sooner when the blocker's lease is due to
+// expire.
+func (w *waiter) untilTurn(ctx context.Context, t target, s *session, place *queueKey) (handed []grant, leftover bool, err error) {
 	var expiresIn time.Duration
 	for {
 		signal, unsubscribe := w.c.subscribeAll(t.names())
 		err := w.sleep(ctx, signal, expiresIn)
 		unsubscribe()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
+		leaves := w.c.keeper.leavesDone()
 		pctx, cancel := context.WithTimeout(ctx, w.c.cfg.pollTimeout())
 		lines, err := readLines(pctx, w.c.st.db.Single(), w.c.st.sql, t.names(), true)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return nil, w.gaveUp(ctx)
+			return nil, false, w.gaveUp(ctx)
 		case err != nil && transient(err):
 			w.saw(err)
 			w.c.log.Warn("reading the line failed; retrying", "name", w.name, "err", err)
 			continue
 		case err != nil:
-			return nil, w.c.st.explain(err)
+			return nil, false, w.c.st.explain(err)
 		}
 		handed, free, blocked, in := t.look(w.c, lines, s, place)
 		switch {
 		case handed != nil:
-			if leftovers(w.c, lines, s, place, handed) {
-				// An entry of this session whose outcome the Client never
-				// learnt, or a grant a release made to it: taken out, and
-				// handed on, once the grant is taken up.
-				defer w.c.keeper.leaveLater(s, t.names())
+			done, ok := w.c.keeper.claim(grantIDs(handed)...)
+			if !ok {
+				continue // another caller of this Client takes them up
 			}
-			return handed, nil
+			if done != leaves {
+				// A leave of this Client ran since the read, and may have
+				// cleared these grants: look again.
+				w.c.keeper.unclaim(grantIDs(handed)...)
+				continue
+			}
+			return handed, leftovers(w.c, lines, s, place, handed), nil
 		case !inLine(lines, *place):
-			return nil, errPlaceGone
+			return nil, false, errPlaceGone
 		case free:
-			return nil, nil
+			return nil, false, nil
 		}
 		w.saw(blocked)
 		expiresIn = in

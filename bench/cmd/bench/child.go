@@ -37,6 +37,8 @@ import (
 //	acquire NAME        Acquire in the background; events "acquiring", "acquired"
 //	hold N PREFIX       Acquire N leases PREFIX-00000.. one after another; event "held"
 //	release NAME        Release; event "released" (t0 = call, t = return)
+//	loop NAME HOLDMS    Acquire, hold HOLDMS ms, Release, again; events per round
+//	stop NAME           end a loop; event "stopped"
 //
 // Commands for -lib spindle (v2.2.0):
 //
@@ -278,6 +280,51 @@ func (p *childProc) spannerlock(f []string) error {
 			}
 			p.emit(event{Ev: "held", N: n, T0: t0, T: now()})
 		}()
+	case f[0] == "loop" && len(f) == 3:
+		// Acquire, hold for HOLDMS, release, again, until "stop NAME";
+		// events "acquiring", "acquired" and "released" for each round.
+		name := f[1]
+		hold, err := time.ParseDuration(f[2] + "ms")
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(p.ctx)
+		done := make(chan struct{})
+		p.mu.Lock()
+		p.runs[name] = func() { cancel(); <-done }
+		p.mu.Unlock()
+		go func() {
+			defer close(done)
+			for ctx.Err() == nil {
+				t0 := now()
+				p.emit(event{Ev: "acquiring", Name: name, T: t0})
+				l, err := p.lc.Acquire(ctx, name)
+				if err != nil {
+					if ctx.Err() == nil {
+						p.fail(name, err)
+					}
+					return
+				}
+				p.emit(event{Ev: "acquired", Name: name, T0: t0, T: now()})
+				time.Sleep(hold)
+				t1 := now()
+				if err := l.Release(p.ctx); err != nil {
+					p.fail(name, err)
+					return
+				}
+				p.emit(event{Ev: "released", Name: name, T0: t1, T: now()})
+			}
+		}()
+	case f[0] == "stop" && len(f) == 2:
+		p.mu.Lock()
+		stop := p.runs[f[1]]
+		delete(p.runs, f[1])
+		p.mu.Unlock()
+		if stop == nil {
+			return fmt.Errorf("stop %s: no loop", f[1])
+		}
+		stop()
+		p.emit(event{Ev: "stopped", Name: f[1], T: now()})
 	case f[0] == "release" && len(f) == 2:
 		p.mu.Lock()
 		l := p.leases[f[1]]

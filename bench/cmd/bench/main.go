@@ -79,6 +79,9 @@ type bench struct {
 	idleSince time.Time
 	// sp100 is the RPC/s of spindle holding 100 locks, from the holders phase.
 	sp100 float64
+	// childHost, when set, is where children dial instead of the emulator:
+	// a proxy that adds round-trip latency.
+	childHost string
 	// baseCPU is the CPU share of a holder process that holds nothing.
 	baseCPU float64
 }
@@ -107,7 +110,7 @@ func main() {
 	flag.IntVar(&c.nFail3, "failovers", 5, "failover trials at TTL 3s, per library")
 	flag.IntVar(&c.nFail10, "failovers10", 3, "failover trials at TTL 10s, per library")
 	flag.IntVar(&c.nSpHandoff, "spindle-handoffs", 3, "spindle handoff-after-Unlock trials")
-	flag.StringVar(&c.only, "only", "", "comma-separated phases to run (acquire,otel,handoff,failover,waiter,holders,large); default all")
+	flag.StringVar(&c.only, "only", "", "comma-separated phases to run (acquire,otel,handoff,failover,waiter,holders,large,fairness,rtt); default all")
 	flag.Parse()
 	if c.quick {
 		c.window, c.window10k, c.waitFor = 12*time.Second, 15*time.Second, 12*time.Second
@@ -156,6 +159,8 @@ func run(c config) error {
 		{"waiter", b.waiters},
 		{"holders", b.holders},
 		{"large", b.largeHolder},
+		{"fairness", b.fairness},
+		{"rtt", b.remote},
 	}
 	for _, p := range phases {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+p.name+",") {

@@ -42,7 +42,11 @@ func (b *bench) startChild(label string, o childOpts) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"child", "-lib", o.lib, "-host", b.emu.Host(), "-db", o.db, "-table", o.table, "-ttl", o.ttl.String()}
+	host := b.emu.Host()
+	if b.childHost != "" {
+		host = b.childHost // the latency proxy
+	}
+	args := []string{"child", "-lib", o.lib, "-host", host, "-db", o.db, "-table", o.table, "-ttl", o.ttl.String()}
 	if o.poll > 0 {
 		args = append(args, "-poll", o.poll.String())
 	}
@@ -129,6 +133,24 @@ func (c *child) next(ev string, timeout time.Duration) (event, error) {
 		case <-t.C:
 			return event{}, fmt.Errorf("%s: no %q within %s", c.label, ev, timeout)
 		}
+	}
+}
+
+// nextAny waits for the child's next event of any name, failing on its
+// exit or the timeout.
+func (c *child) nextAny(timeout time.Duration) (event, error) {
+	select {
+	case e := <-c.events:
+		return e, nil
+	case <-c.done:
+		select {
+		case e := <-c.events:
+			return e, nil
+		default:
+		}
+		return event{}, fmt.Errorf("%s exited", c.label)
+	case <-time.After(timeout):
+		return event{}, fmt.Errorf("%s: nothing within %s", c.label, timeout)
 	}
 }
 

@@ -211,6 +211,9 @@ func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireCon
 			return nil, err
 		}
 		if handed != nil {
+			for _, id := range grantIDs(handed) {
+				c.keeper.mine.add(id)
+			}
 			leases, err := c.adopt(t, placed, handed, cfg)
 			c.keeper.unclaim(grantIDs(handed)...)
 			if leftover {
@@ -250,6 +253,7 @@ func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig, p
 		// The grant is claimed until it is registered (or never will be), so
 		// that no leave of this Client clears it meanwhile.
 		grantID := randomHex(16)
+		c.keeper.mine.add(grantID)
 		c.keeper.claim(grantID) // a new ID: no one else claims it
 		gs, at, err := c.attempt(ctx, s, r, t, cfg, place, blocking, grantID)
 		var gone errSessionGone
@@ -567,6 +571,9 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		c.remember(t)
 		c.log.Debug("acquired", "name", gs[0].name, "slot", gs[0].slot, "token", gs[0].token)
 		granted = true
+		for _, id := range a.adopted {
+			c.keeper.mine.add(id)
+		}
 		return gs, commitTs, nil
 	case errors.As(err, &gone) && r == create:
 		c.keeper.abandon(s, "its ID was already in Spanner")

@@ -29,8 +29,10 @@ type LeaderCallbacks struct {
 // Campaign runs for leadership of name until ctx ends: it acquires the lease,
 // waiting while another leads, and calls OnStartedLeading. When leadership is
 // lost it calls OnStoppedLeading and campaigns again. To step down and stay
-// in the election, Release the lease from OnStartedLeading; Campaign rejoins
-// one poll interval later so a rival can win. When ctx ends, Campaign stops
+// in the election, Release the lease from OnStartedLeading: the release
+// hands leadership to the first candidate in line, and Campaign joins the
+// back of the line, so a leader that keeps stepping down and campaigning
+// never starves the others. When ctx ends, Campaign stops
 // the leader's work, releases the lease so a successor takes over at once,
 // and returns nil. It returns an error only when it cannot campaign: an
 // invalid name, a closed Client, or a missing table.
@@ -76,13 +78,6 @@ func (c *Client) Campaign(ctx context.Context, name string, cb LeaderCallbacks, 
 			return nil
 		case errors.Is(context.Cause(l.Context()), ErrClosed):
 			return ErrClosed
-		case errors.Is(context.Cause(l.Context()), ErrReleased):
-			// The leader stepped down: give a rival the first chance.
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-c.pollTimer():
-			}
 		}
 	}
 }
@@ -116,7 +111,3 @@ func (c *Client) lead(ctx context.Context, l *Lease, cb LeaderCallbacks) {
 	}
 }
 
-// pollTimer fires after one poll interval.
-func (c *Client) pollTimer() <-chan time.Time {
-	return time.After(c.cfg.pollInterval)
-}

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -259,4 +260,58 @@ func expireLease(t *testing.T, ctx context.Context, db, name string) {
 		return err
 	})
 	fatalIf(t, err, "expire %s", name)
+}
+
+func TestALeaderThatStepsDownAndCampaignsAgainIsBehindTheOthers(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		// Each candidate leads for a moment, steps down by releasing, and
+		// stays in the election; the order of terms must go round.
+		terms := make(chan string, 64)
+		observer := newClient(t, db)
+		othersInLine := func(ctx context.Context, self string) {
+			for ctx.Err() == nil {
+				ws, err := observer.Waiters(ctx)
+				if err == nil && len(ws) == 2 && !slices.ContainsFunc(ws, func(w lease.Waiter) bool { return w.HolderID == self }) {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			c := newClient(t, db, lease.WithHolderID(id))
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			t.Cleanup(func() { cancel(); <-done })
+			go func() {
+				defer close(done)
+				_ = c.Campaign(cctx, "leader", lease.LeaderCallbacks{OnStartedLeading: func(ctx context.Context, l *lease.Lease) {
+					terms <- id
+					othersInLine(ctx, id)
+					_ = l.Release(ctx)
+				}})
+			}()
+		}
+		var order []string
+		for len(order) < 9 {
+			select {
+			case id := <-terms:
+				order = append(order, id)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("terms so far %v; none for 30s", order)
+			}
+		}
+		// Each leader steps down with the other two in line: the terms go
+		// round.
+		for i := 0; i+3 <= len(order); i++ {
+			seen := map[string]bool{}
+			for _, id := range order[i : i+3] {
+				seen[id] = true
+			}
+			if len(seen) != 3 {
+				t.Fatalf("terms %v: a leader that stepped down led again before another candidate in line (at term %d)", order, i)
+			}
+		}
+	})
 }

@@ -70,13 +70,18 @@ type keeper struct {
 	leaving sync.Mutex
 	claims  map[string]int
 	leaves  uint64
+	// mine are the grant IDs of this Client's recent acquisitions and the
+	// grants it took up: a row that names one is not a grant handed to it,
+	// whatever its session (a lease let go whose clearing has not been
+	// read yet).
+	mine *recentIDs
 }
 
 func newKeeper(st *store, cfg config, log *slog.Logger, tel telemetry) *keeper {
 	background, stop := context.WithCancel(context.Background())
 	k := &keeper{st: st, cfg: cfg, log: log, tel: tel, background: background, stop: stop,
 		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, waits: map[string]int{}, claims: map[string]int{},
-		ended: newRecentIDs(1000), dead: newRecentIDs(10000)}
+		ended: newRecentIDs(1000), dead: newRecentIDs(10000), mine: newRecentIDs(10000)}
 	k.sess = newSession(cfg, k.deadlinePassed)
 	return k
 }
@@ -606,6 +611,17 @@ func (k *keeper) claimLocked(ids []string) (uint64, bool) {
 		k.claims[id]++
 	}
 	return k.leaves, true
+}
+
+// handedTo reports whether a row naming session s with grant ID id is a
+// grant that a release handed to this Client and that it has not taken up:
+// not one of its own, and not one being taken up.
+func (k *keeper) handedTo(s *session, r *row) bool {
+	if r.sessionID.StringVal != s.id || !r.grant.Valid || k.mine.has(r.grant.StringVal) {
+		return false
+	}
+	key := leaseKey{name: r.name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
+	return !s.hasLetGo(key) && !k.claimed(key.grant)
 }
 
 // unclaim ends claims once the grants are registered, or will never be.

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Observe reports the named lease's holder each time it changes: first the
@@ -61,7 +62,7 @@ func (c *Client) observe(ctx context.Context, name string, ch chan<- Holder) {
 			unsubscribe()
 			return
 		case <-signal:
-		case <-c.pollTimer():
+		case <-time.After(c.cfg.pollInterval):
 		}
 		unsubscribe()
 	}

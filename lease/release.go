@@ -99,6 +99,14 @@ const (
 // outcome is unknown and a read cannot settle it, the let-go is left to the
 // Client's renewals.
 func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, error) {
+	if ctx.Err() == nil {
+		// Ending the lease may cancel ctx (one derived from l.Context(), as
+		// Campaign's leader work is): the release, bounded by the call
+		// timeout and ctx's deadline, goes through all the same.
+		var cancel context.CancelFunc
+		ctx, cancel = withoutCancelKeepingDeadline(ctx)
+		defer cancel()
+	}
 	l.releasing.Lock()
 	defer l.releasing.Unlock()
 	if !l.end(ErrReleased, nil) {
@@ -209,4 +217,15 @@ func (c *Client) giveBack(l *Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
 	defer cancel()
 	_, _ = c.letGoNow(ctx, l.sess, letGo{leaseKey: l.key()}, "Close")
+}
+
+// withoutCancelKeepingDeadline is ctx without its cancellation but with its
+// deadline, if it has one.
+func withoutCancelKeepingDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	ctx = context.WithoutCancel(ctx)
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, d)
 }

@@ -275,8 +275,7 @@ func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *q
 	for _, name := range t.lockNames {
 		l := lines[name]
 		for _, r := range append([]row{l.row}, l.permits...) {
-			key := leaseKey{name: name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
-			if place != nil && r.sessionID.StringVal == s.id && r.grant.Valid && (r.slot == lockSlot) != t.shared && !s.hasLetGo(key) && !c.keeper.claimed(key.grant) {
+			if place != nil && (r.slot == lockSlot) != t.shared && c.keeper.handedTo(s, &r) {
 				handed = append(handed, grant{name: name, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
 					acquiredAt: r.acquired.Time, attempts: l.row.attempts.Int64})
 				break
@@ -383,14 +382,12 @@ func (t slotTarget) takeUp(a *attempt, l *line) (grant, bool) {
 	if t.workers {
 		return grant{}, false
 	}
-	held := a.c.keeper.heldKeys(t.pool)
 	for _, r := range l.permits {
-		key := leaseKey{name: t.pool, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
-		if r.sessionID.StringVal != a.s.id || !r.grant.Valid || held[key] || a.s.hasLetGo(key) || !a.c.keeper.tryClaim(key.grant) {
+		if !a.c.keeper.handedTo(a.s, &r) || !a.c.keeper.tryClaim(r.grant.StringVal) {
 			continue
 		}
-		a.adopted = append(a.adopted, key.grant)
-		return grant{name: t.pool, slot: r.slot, token: r.token.Int64, id: key.grant, acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}, true
+		a.adopted = append(a.adopted, r.grant.StringVal)
+		return grant{name: t.pool, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal, acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}, true
 	}
 	return grant{}, false
 }
@@ -504,10 +501,8 @@ func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *q
 	}
 	if place != nil {
 		// Handed on: a permit naming s that this Client does not hold.
-		held := c.keeper.heldKeys(t.pool)
 		for _, r := range l.permits {
-			key := leaseKey{name: t.pool, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
-			if r.sessionID.StringVal == s.id && r.grant.Valid && !held[key] && !s.hasLetGo(key) && !c.keeper.claimed(key.grant) {
+			if c.keeper.handedTo(s, &r) {
 				return []grant{{name: t.pool, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
 					acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}}, false, nil, 0
 			}

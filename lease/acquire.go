@@ -50,6 +50,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 
 // AcquireShared blocks until it holds the named lease shared (a reader):
 // many readers hold a name at once, and no writer (Acquire) while they do.
+// As with Acquire, a Client holds a name once, shared or not: a second
+// acquisition of it by the same Client waits for the first lease to end.
 // Readers and writers wait in one line in the order they came, so a writer
 // is not starved by readers that keep coming. A shared lease has its own
 // token, larger than every earlier holding of the name, and Guard checks

@@ -221,3 +221,65 @@ func ExampleDialect_DDL() {
 	// CREATE TABLE "locks_permits"
 	// CREATE TABLE "locks_waiters"
 }
+
+func ExampleClient_AcquireShared() {
+	ctx := context.Background()
+	db := exampleDatabase()
+	reader1, _ := lease.NewClient(db, "locks", lease.WithHolderID("reader-1"))
+	defer reader1.Close()
+	reader2, _ := lease.NewClient(db, "locks", lease.WithHolderID("reader-2"))
+	defer reader2.Close()
+	writer, _ := lease.NewClient(db, "locks", lease.WithHolderID("writer"))
+	defer writer.Close()
+
+	// Many readers hold the name together (a Client holds a name once,
+	// shared or not: leases are not re-entrant).
+	r1, err := reader1.AcquireShared(ctx, "catalog")
+	if err != nil {
+		panic(err)
+	}
+	r2, err := reader2.AcquireShared(ctx, "catalog")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("readers hold tokens", r1.Token(), "and", r2.Token())
+	// A writer waits for them; readers that come after it wait for it.
+	_, err = writer.TryAcquire(ctx, "catalog")
+	fmt.Println("writer while readers hold it:", errors.Is(err, lease.ErrNotAcquired))
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := writer.Acquire(ctx, "catalog")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("writer holds token", w.Token())
+	// Output:
+	// readers hold tokens 1 and 2
+	// writer while readers hold it: true
+	// writer holds token 3
+}
+
+func ExampleClient_AcquireAll() {
+	ctx := context.Background()
+	db := exampleDatabase()
+	locks, _ := lease.NewClient(db, "locks")
+	defer locks.Close()
+
+	// Both accounts or neither, in one transaction: callers that name them
+	// in the other order cannot deadlock with this one.
+	set, err := locks.AcquireAll(ctx, "account-42", "account-7")
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range set.Leases() {
+		fmt.Println("holding", l.Name(), "with token", l.Token())
+	}
+	// Do the transfer under set.Context(), guarding each write with its
+	// lease's Guard; then let both go together.
+	if err := set.Release(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// holding account-42 with token 1
+	// holding account-7 with token 1
+}

@@ -71,7 +71,11 @@ func TestSemaphoreNeverGrantsMoreThanItsLimit(t *testing.T) {
 		errs := make(chan error, contenders)
 		for i := range contenders {
 			sc := emulator.Client(t, db)
-			c := newClientWith(t, sc, lease.WithHolderID(fmt.Sprintf("worker-%d", i)))
+			// Ten Clients holding or waiting renew ten sessions on an
+			// emulator that runs one transaction at a time: a long TTL
+			// gives each renewal room on a loaded machine, so that only the
+			// limit is under test.
+			c := newClientWith(t, sc, lease.WithHolderID(fmt.Sprintf("worker-%d", i)), lease.WithTTL(30*time.Second))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

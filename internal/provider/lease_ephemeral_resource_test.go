@@ -41,23 +41,23 @@ resource "terraform_data" "deploy" {
 }
 
 // blockingCommand writes $TOKEN to dir/token, then waits for dir/done, so a
-// test can look at the lease while Terraform runs the command.
+// test can look at the lease while Terraform runs the command. It also ends
+// when dir is removed, so that it never outlives the test.
 func blockingCommand(dir string) string {
-	return fmt.Sprintf(`echo "$TOKEN" > %[1]s/token.tmp && mv %[1]s/token.tmp %[1]s/token && while [ ! -e %[1]s/done ]; do sleep 0.05; done`, dir)
+	return fmt.Sprintf(`echo "$TOKEN" > %[1]s/token.tmp && mv %[1]s/token.tmp %[1]s/token && while [ ! -e %[1]s/done ] && [ -d %[1]s ]; do sleep 0.05; done`, dir)
 }
 
 // runningApply is a terraform apply whose local-exec command blocks (see
 // blockingCommand) until finish.
 type runningApply struct {
-	t      *testing.T
-	dir    string
-	result chan result
+	*command
+	dir string
 }
 
 func startApply(ctx context.Context, t *testing.T, tf *terraformCLI, dir string) *runningApply {
-	a := &runningApply{t: t, dir: dir, result: make(chan result, 1)}
-	go func() { a.result <- tf.run(ctx, "apply", "-auto-approve", "-json") }()
-	return a
+	// The command ends with the test, whatever became of terraform.
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(dir, "done"), nil, 0o600) })
+	return &runningApply{command: tf.start(ctx, "apply", "-auto-approve", "-json"), dir: dir}
 }
 
 // token waits for the command to start and returns the token it received.
@@ -72,7 +72,11 @@ func (a *runningApply) token(ctx context.Context) int64 {
 			return token
 		}
 		select {
-		case r := <-a.result:
+		case <-a.done:
+			if _, err := os.Stat(filepath.Join(a.dir, "token")); err == nil {
+				continue // the command ran, and terraform ended after it
+			}
+			r := a.wait()
 			a.t.Fatalf("terraform apply ended before its command ran: %v\n%s", r.err, r.output)
 		case <-ctx.Done():
 			a.t.Fatal("the command did not start")
@@ -87,7 +91,7 @@ func (a *runningApply) finish() result {
 	if err := os.WriteFile(filepath.Join(a.dir, "done"), nil, 0o600); err != nil {
 		a.t.Fatal(err)
 	}
-	return <-a.result
+	return a.wait()
 }
 
 // The lease is held, with the token the command receives, while Terraform

@@ -47,7 +47,7 @@ type spannerlockProvider struct {
 	cache connectionCache
 	// leases are the ephemeral leases open in this process, between an Open
 	// and its Close.
-	leases openLeases
+	leases leaseRegistry
 }
 
 // New returns a constructor for the provider, as providerserver expects.
@@ -83,7 +83,7 @@ type providerData struct {
 	// resources can tell a table that is missing from one that is coming.
 	planned plannedTables
 	// leases is the provider's registry of open ephemeral leases.
-	leases *openLeases
+	leases *leaseRegistry
 }
 
 // defaultDatabase resolves an optional database attribute against the

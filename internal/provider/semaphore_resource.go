@@ -203,12 +203,6 @@ func (r *semaphoreResource) tableReady(ctx context.Context, db, table string, di
 	return true
 }
 
-func missingTable(db, table string) string {
-	return fmt.Sprintf("Lock table %s does not exist in %s, so no semaphore can be declared in it. Create it with a "+
-		"spannerlock_table resource and set table = spannerlock_table.<name>.name here, so that Terraform creates the table "+
-		"first; or check the spelling of table and database.", table, db)
-}
-
 // refuseDeclared stops the plan from declaring a semaphore that is already
 // declared: taking over a limit that applications (or another configuration)
 // set would hide it from review.

@@ -236,3 +236,132 @@ func TestAccLeaseEphemeralResource_exampleValidates(t *testing.T) {
 	tf.write(requiredProviders + string(example))
 	tf.run(ctx, "validate", "-json").ok(t)
 }
+
+// The documented configuration, with the table and the lease in one
+// configuration, works from an empty database: the plan cannot hold a lease
+// in a table it is about to create, so it holds none and the token is
+// unknown until apply; the apply creates the table, then takes the lease.
+func TestAccLeaseEphemeralResource_tableCreatedByTheSameApply(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceTableCreatedByTheSameApply)
+}
+
+func testAccLeaseEphemeralResourceTableCreatedByTheSameApply(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	dir := t.TempDir()
+	tf.write(prov + fmt.Sprintf(`
+resource "spannerlock_table" "locks" {
+  name                = "locks"
+  deletion_protection = false
+}
+
+ephemeral "spannerlock_lease" "deploy" {
+  table     = spannerlock_table.locks.name
+  name      = "deploy"
+  holder_id = "pipeline-1"
+}
+
+resource "terraform_data" "deploy" {
+  provisioner "local-exec" {
+    command = %q
+    environment = {
+      TOKEN = ephemeral.spannerlock_lease.deploy.token
+    }
+  }
+}
+`, blockingCommand(dir)))
+
+	tf.run(ctx, "plan", "-json").ok(t)
+	apply := startApply(ctx, t, tf, dir)
+	token := apply.token(ctx)
+	if token != 1 {
+		t.Errorf("the apply's token is %d; want 1: the plans acquired nothing in a table that did not exist", token)
+	}
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); err != nil || h.HolderID != "pipeline-1" || h.Token != token {
+		t.Errorf("while the apply runs, the holder of deploy is %+v, %v; want pipeline-1 with token %d", h, err, token)
+	}
+	apply.finish().ok(t)
+	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
+}
+
+// Two spannerlock_lease of one configuration on one lease would wait for
+// each other for the whole wait: the second fails at once, saying why.
+func TestAccLeaseEphemeralResource_sameLeaseTwice(t *testing.T) {
+	t.Parallel()
+	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	tf.write(prov + `
+ephemeral "spannerlock_lease" "deploy" {
+  table     = "locks"
+  name      = "deploy"
+  holder_id = "pipeline-1"
+  wait      = "1h"
+}
+
+# The same table to Spanner, in another letter case.
+ephemeral "spannerlock_lease" "again" {
+  table     = "LOCKS"
+  name      = "deploy"
+  holder_id = "pipeline-1"
+  wait      = "1h"
+}
+
+resource "terraform_data" "deploy" {
+  provisioner "local-exec" {
+    command = "true"
+    environment = {
+      A = ephemeral.spannerlock_lease.deploy.token
+      B = ephemeral.spannerlock_lease.again.token
+    }
+  }
+}
+`)
+	plan := tf.start(ctx, "plan", "-json")
+	waitUntil(ctx, t, func() (bool, string) {
+		select {
+		case <-plan.done:
+			return true, ""
+		default:
+			return false, "terraform plan still waits: its two leases wait for each other"
+		}
+	})
+	plan.wait().failed(t).has(t, "error", "Lease already held by this run", `Lease "deploy" in table`,
+		"another spannerlock_lease of this Terraform run", "Give each spannerlock_lease its own name")
+	// The one that was acquired is released with the run.
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); !errors.Is(err, lease.ErrNoHolder) {
+		t.Errorf("after the plan, the holder of deploy is %+v, %v; want none", h, err)
+	}
+}
+
+// acquire = terraform.applying: plans neither wait for the lease nor take
+// it (no token is spent); the apply does.
+func TestAccLeaseEphemeralResource_onlyWhenApplying(t *testing.T) {
+	t.Parallel()
+	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	held := holdLease(t, sc, "deploy", "other-pipeline")
+	dir := t.TempDir()
+	tf.write(leaseConfig(prov, "  acquire = terraform.applying\n  wait = \"1h\"\n", blockingCommand(dir)))
+
+	tf.run(ctx, "plan", "-json").ok(t)
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); err != nil || h.Token != held.Token() {
+		t.Fatalf("after the plan, the holder of deploy is %+v, %v; want other-pipeline, undisturbed", h, err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	apply := startApply(ctx, t, tf, dir)
+	if token := apply.token(ctx); token != held.Token()+1 {
+		t.Errorf("the apply's token is %d; want %d: the plan of terraform apply took none", token, held.Token()+1)
+	}
+	apply.finish().ok(t)
+}

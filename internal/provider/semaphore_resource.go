@@ -203,6 +203,28 @@ func (r *semaphoreResource) tableReady(ctx context.Context, db, table string, di
 	return true
 }
 
+// unreadable explains err, a failed read of semaphore name, with a warning
+// when its table exists but has drifted from spannerlock's schema in a way
+// that keeps semaphores from being read (locks_permits dropped by hand, say),
+// and reports whether it did. An error there would fail every plan, the one
+// in which spannerlock_table repairs the table included; the semaphore is
+// read again once the table is repaired.
+func (r *semaphoreResource) unreadable(ctx context.Context, db, table, name string, err error, diags *diag.Diagnostics) bool {
+	ins, inspectErr := r.data.inspect(ctx, db, table)
+	if inspectErr != nil || !ins.Exists || ins.Current() {
+		return false
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Semaphore %q in table %s cannot be read: %v\n\nTable %s differs from spannerlock's schema:\n", name, table, err, table)
+	for _, d := range ins.Diffs {
+		fmt.Fprintf(&b, "  - %s\n", d)
+	}
+	b.WriteString("\nTerraform keeps what it last knew of the semaphore. A spannerlock_table resource for the table repairs " +
+		"what can be repaired when it is applied (see its plan); the semaphore is read again after that.")
+	diags.AddAttributeWarning(path.Root("table"), fmt.Sprintf("Table %s has drifted", table), b.String())
+	return true
+}
+
 // refuseDeclared stops the plan from declaring a semaphore that is already
 // declared: taking over a limit that applications (or another configuration)
 // set would hide it from review.
@@ -210,6 +232,7 @@ func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name 
 	s, err := readSemaphore(ctx, r.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore):
+	case err != nil && r.unreadable(ctx, db, table, name, err, diags):
 	case err != nil:
 		diags.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
 	default:
@@ -290,6 +313,9 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		// Undeclared outside Terraform, maybe with its table or database:
 		// the next plan declares it again.
 		resp.State.RemoveResource(ctx)
+		return
+	case err != nil && r.unreadable(ctx, db, table, name, err, &resp.Diagnostics):
+		// Kept as it was, so that the table's plan can repair its table.
 		return
 	case err != nil:
 		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))

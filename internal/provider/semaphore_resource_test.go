@@ -575,3 +575,41 @@ func testAccSemaphoreMissingTableWarnsAtPlan(t *testing.T, d locktable.Dialect) 
 	tf.write(tableConfig(prov, unprotected) + strings.Replace(semaphoreConfig("", 2), `table   = "locks"`, `table   = spannerlock_table.locks.name`, 1))
 	tf.run(ctx, "plan", "-json").ok(t).lacks(t, "Table locks does not exist")
 }
+
+// Drift that keeps semaphores from being read (locks_permits dropped by
+// hand) must not fail the plan that repairs it: the table plans the
+// repair, the semaphore keeps its state, and after the apply both work.
+func TestAccSemaphore_tableDriftIsRepaired(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccSemaphoreTableDriftIsRepaired)
+}
+
+func testAccSemaphoreTableDriftIsRepaired(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.write(tableConfig(prov, disposable) + strings.Replace(semaphoreConfig("", 2), `table   = "locks"`, `table   = spannerlock_table.locks.name`, 1))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	if err := emulator.Shared(t).UpdateDDL(ctx, db, "DROP TABLE "+d.QuotePermitsTable("locks")); err != nil {
+		t.Fatal(err)
+	}
+
+	plan := tf.run(ctx, "plan", "-json").ok(t)
+	plan.plans(t, map[string]string{tableAddress: "update", semaphoreAddress: ""})
+	plan.has(t, "warning", "Table locks has drifted", `Semaphore "jobs" in table locks cannot be read`)
+	plan.has(t, "warning", "Table locks will be changed in place", "CREATE TABLE "+d.QuotePermitsTable("locks"))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+
+	if err := checkSemaphore(t, sc, declared(2, 0))(nil); err != nil {
+		t.Fatalf("after the repair: %v", err)
+	}
+	permit, err := appClient(t, sc, "worker").TryAcquirePermit(ctx, "jobs")
+	if err != nil {
+		t.Fatalf("taking a permit after the repair: %v", err)
+	}
+	if err := permit.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
+}

@@ -128,6 +128,9 @@ type result struct {
 	err    error
 	// diagnostics are those of a command run with -json.
 	diagnostics []diagnosticJSON
+	// planned are the actions a plan run with -json planned, by resource
+	// address.
+	planned map[string]string
 }
 
 type diagnosticJSON struct {
@@ -185,9 +188,13 @@ func (c *command) wait() result {
 	<-c.done
 	r := result{args: c.args, err: c.err, output: c.out.String()}
 	if strings.Contains(strings.Join(c.args, " "), "-json") {
+		r.planned = map[string]string{}
 		for _, m := range jsonMessages(r.output) {
-			if m.Type == "diagnostic" {
+			switch m.Type {
+			case "diagnostic":
 				r.diagnostics = append(r.diagnostics, m.Diagnostic)
+			case "planned_change":
+				r.planned[m.Change.Resource.Addr] = m.Change.Action
 			}
 		}
 	}
@@ -226,6 +233,12 @@ type message struct {
 	Hook       struct {
 		Action string `json:"action"`
 	} `json:"hook"`
+	Change struct {
+		Resource struct {
+			Addr string `json:"addr"`
+		} `json:"resource"`
+		Action string `json:"action"`
+	} `json:"change"`
 }
 
 func jsonMessages(output string) []message {
@@ -299,6 +312,17 @@ func (r result) has(t *testing.T, severity, summary string, parts ...string) {
 		}
 	}
 	t.Fatalf("terraform %s reported no %s %q with %q; it reported:\n%s", strings.Join(r.args, " "), severity, summary, parts, r.describe())
+}
+
+// plans fails the test unless the plan's action for each resource address
+// is as in want; "" means no change.
+func (r result) plans(t *testing.T, want map[string]string) {
+	t.Helper()
+	for addr, action := range want {
+		if got := r.planned[addr]; got != action {
+			t.Errorf("terraform %s planned %q for %s, want %q; it planned %v", strings.Join(r.args, " "), got, addr, action, r.planned)
+		}
+	}
 }
 
 // lacks fails the test if the command reported a diagnostic with summary.

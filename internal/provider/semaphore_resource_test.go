@@ -407,7 +407,7 @@ resource "spannerlock_semaphore" "s" {
 			{
 				Config:      semaphore(prov, "2locks", "jobs", 1),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with an ASCII letter (A-Z or a-z), not '2'`),
 			},
 			{
 				Config:      semaphore(prov, "locks", "", 1),
@@ -427,7 +427,7 @@ data "spannerlock_semaphore" "s" {
 }
 `,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "only letters, digits and underscores"),
+				ExpectError: diagnostic("Invalid table name", "only ASCII letters, digits and underscores, not '-'"),
 			},
 		},
 	})

@@ -78,8 +78,10 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"name": schema.StringAttribute{
 				Required: true,
-				MarkdownDescription: "Name of the table: a letter, then letters, digits and underscores, at most " +
-					fmt.Sprint(locktable.MaxTableNameLength) + " characters. Pass the same name to `lease.NewClient`. " +
+				MarkdownDescription: "Name of the table: an ASCII letter, then ASCII letters, digits and underscores, at most " +
+					fmt.Sprint(locktable.MaxTableNameLength) + " characters; in a PostgreSQL-dialect database at most " +
+					fmt.Sprint(locktable.MaxPostgreSQLTableNameLength) + " (PostgreSQL keeps 63 characters of a name, and " +
+					"`<name>_sessions` must fit) and not starting with `pg_`, which the plan checks. Pass the same name to `lease.NewClient`. " +
 					"Changing it replaces the table; names differing only in letter case are the same table to Spanner. " +
 					"In a PostgreSQL-dialect database the DDL quotes the name, so it keeps its letter case: SQL names a " +
 					"table `Locks` as `\"Locks\"`.",
@@ -359,6 +361,10 @@ func (r *tableResource) planCreate(ctx context.Context, db, table string, cleanu
 		diags.AddError("Cannot read database", err.Error())
 		return
 	}
+	if err := dialect.ValidateTableName(table); err != nil {
+		diags.AddAttributeError(path.Root("name"), "Invalid table name", capitalize(err.Error())+".")
+		return
+	}
 	// A table named like another's companion is refused even when it
 	// exists (it is that companion, not a lock table to import); an
 	// existing table's companions are its own.
@@ -499,6 +505,11 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 	}
 	if ins.Exists {
 		resp.Diagnostics.AddAttributeError(path.Root("name"), "Table already exists", alreadyExists(db, table))
+		return
+	}
+	// The plan could not check it when the database did not exist yet.
+	if err := ins.Dialect.ValidateTableName(table); err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Invalid table name", capitalize(err.Error())+".")
 		return
 	}
 	stmts, err := ins.Plan(opts)

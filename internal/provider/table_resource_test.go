@@ -553,12 +553,18 @@ func TestAccTable_planTimeErrors(t *testing.T) {
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "2locks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with an ASCII letter (A-Z or a-z), not '2'`),
+			},
+			{
+				// A letter, but not one Spanner takes in a name.
+				Config:      prov + `resource "spannerlock_table" "t" { name = "élocks" }`,
+				PlanOnly:    true,
+				ExpectError: diagnostic("Invalid table name", `Table name "élocks" must start with an ASCII letter (A-Z or a-z), not 'é'`),
 			},
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "my-locks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "only letters, digits and underscores"),
+				ExpectError: diagnostic("Invalid table name", "only ASCII letters, digits and underscores, not '-'"),
 			},
 			{
 				Config: prov + `resource "spannerlock_table" "t" {
@@ -838,4 +844,32 @@ func testAccTableNameCollisions(t *testing.T, d locktable.Dialect) {
 			},
 		},
 	})
+}
+
+// A PostgreSQL-dialect database truncates names to 63 characters (the
+// sessions table adds 9 to the table's) and reserves pg_: both are refused
+// when the plan reads the database's dialect, before anything is created.
+// GoogleSQL takes both.
+func TestAccTable_postgreSQLNames(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTablePostgreSQLNames)
+}
+
+func testAccTablePostgreSQLNames(t *testing.T, d locktable.Dialect) {
+	_, prov := accDatabaseIn(t, d)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	long := strings.Repeat("a", locktable.MaxPostgreSQLTableNameLength+1)
+	for _, name := range []string{long, "pg_locks"} {
+		tf.write(cliTables(prov, unprotected, "t="+name))
+		r := tf.run(ctx, "plan", "-json")
+		if d == locktable.GoogleSQL {
+			r.ok(t).plans(t, map[string]string{"spannerlock_table.t": "create"})
+			continue
+		}
+		r.failed(t).has(t, "error", "Invalid table name", fmt.Sprintf("Table name %q", name), "PostgreSQL-dialect database")
+	}
+	tf.write(cliTables(prov, unprotected, "t="+long[:locktable.MaxPostgreSQLTableNameLength]))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
 }

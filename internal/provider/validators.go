@@ -50,7 +50,7 @@ func (v funcValidator) ValidateString(_ context.Context, req validator.StringReq
 
 func tableName() validator.String {
 	return funcValidator{
-		description: "a table name: a letter, then letters, digits and underscores",
+		description: "a table name: an ASCII letter, then ASCII letters, digits and underscores",
 		summary:     "Invalid table name",
 		check:       locktable.ValidateTableName,
 	}

@@ -81,7 +81,21 @@ func newConnections(target string, settings connectionSettings, opts []option.Cl
 // request bounds one request to Spanner by request_timeout and gives it the
 // provider's log subsystems for db and table ("" when not about one table).
 func (c *connections) request(ctx context.Context, db, table string) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(withLogging(ctx, db, table), c.settings.timeout)
+	return context.WithTimeoutCause(withLogging(ctx, db, table), c.settings.timeout, errRequestTimeout)
+}
+
+// errRequestTimeout is the cause of a request's end at request_timeout.
+var errRequestTimeout = errors.New("request_timeout ran out")
+
+// operationTimeout is the cause of the end of an operation at its timeout
+// (a table's timeouts.create, say), which may come before request_timeout.
+type operationTimeout struct {
+	op      string
+	timeout time.Duration
+}
+
+func (t *operationTimeout) Error() string {
+	return fmt.Sprintf("timeouts.%s (%s) ran out", t.op, t.timeout)
 }
 
 // Spanner returns the data client for db, the full database path, and db's
@@ -185,7 +199,11 @@ var proxyFor = http.ProxyFromEnvironment
 // failure explains a failed request on db: where it went, and when it ran
 // out of time, what the endpoint last answered.
 func (c *connections) failure(ctx context.Context, db string, err error) error {
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) || spanner.ErrCode(err) == codes.DeadlineExceeded {
+	var op *operationTimeout
+	if errors.As(context.Cause(ctx), &op) {
+		return fmt.Errorf("%s on %s: no answer before %v: %w", db, c.target, op, err)
+	}
+	if errors.Is(context.Cause(ctx), errRequestTimeout) || ctx.Err() == nil && spanner.ErrCode(err) == codes.DeadlineExceeded {
 		msg := fmt.Sprintf("%s on %s: no answer within request_timeout (%s)", db, c.target, c.settings.timeout)
 		if last := c.lastFailure.Load(); last != nil {
 			msg += "; the last failed call said: " + *last

@@ -161,13 +161,16 @@ type command struct {
 // start starts terraform with args in the configuration's directory.
 func (tf *terraformCLI) start(ctx context.Context, args ...string) *command {
 	tf.t.Helper()
+	// Options go before the positional arguments (import's address and ID).
+	var opts []string
 	switch args[0] {
-	case "version":
+	case "version", "show":
 	case "validate":
-		args = append(args, "-no-color")
+		opts = []string{"-no-color"}
 	default:
-		args = append(args, "-input=false", "-no-color")
+		opts = []string{"-input=false", "-no-color"}
 	}
+	args = append(append([]string{args[0]}, opts...), args[1:]...)
 	c := &command{t: tf.t, args: args, out: &lockedBuffer{}, done: make(chan struct{})}
 	c.cmd = exec.CommandContext(ctx, tf.bin, args...)
 	c.cmd.Dir, c.cmd.Env = tf.dir, tf.env
@@ -312,6 +315,55 @@ func (r result) has(t *testing.T, severity, summary string, parts ...string) {
 		}
 	}
 	t.Fatalf("terraform %s reported no %s %q with %q; it reported:\n%s", strings.Join(r.args, " "), severity, summary, parts, r.describe())
+}
+
+// count returns how many diagnostics of severity with summary the command
+// reported.
+func (r result) count(severity, summary string) int {
+	n := 0
+	for _, d := range r.diagnostics {
+		if d.Severity == severity && d.Summary == summary {
+			n++
+		}
+	}
+	return n
+}
+
+// plannedValues plans the configuration and returns the planned values of
+// the resource at address, as terraform show -json shows the saved plan.
+func (tf *terraformCLI) plannedValues(ctx context.Context, address string) map[string]any {
+	tf.t.Helper()
+	tf.run(ctx, "plan", "-out=tfplan", "-json").ok(tf.t)
+	r := tf.run(ctx, "show", "-json", "tfplan").ok(tf.t)
+	var plan struct {
+		ResourceChanges []struct {
+			Address string `json:"address"`
+			Change  struct {
+				After map[string]any `json:"after"`
+			} `json:"change"`
+		} `json:"resource_changes"`
+	}
+	if err := json.Unmarshal([]byte(r.output), &plan); err != nil {
+		tf.t.Fatalf("terraform show -json: %v\n%s", err, r.output)
+	}
+	for _, rc := range plan.ResourceChanges {
+		if rc.Address == address {
+			return rc.Change.After
+		}
+	}
+	tf.t.Fatalf("the plan has no change for %s:\n%s", address, r.output)
+	return nil
+}
+
+// stringList reads a list of strings from terraform show -json.
+func stringList(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, 0, len(l))
+	for _, e := range l {
+		s, _ := e.(string)
+		out = append(out, s)
+	}
+	return out
 }
 
 // plans fails the test unless the plan's action for each resource address

@@ -100,7 +100,7 @@ func (r *leaseEphemeralResource) Schema(_ context.Context, _ ephemeral.SchemaReq
 				MarkdownDescription: "Identity recorded with the lease, which the `spannerlock_leader` data source and " +
 					"other holders' errors show, such as a pipeline's run ID. Defaults to the lease package's " +
 					"`<host>-<pid>-<random>`.",
-				Validators: []validator.String{leaseName()},
+				Validators: []validator.String{holderID()},
 			},
 			"acquire": schema.BoolAttribute{
 				Optional: true,

@@ -194,6 +194,11 @@ func testAccLeaseEphemeralResourceWait(t *testing.T, d locktable.Dialect) {
 				ExpectError: diagnostic("Invalid duration", `Duration "500ms" must be from 1s to 24h0m0s.`),
 			},
 			{
+				// Not "Lease name is empty".
+				Config:      leaseConfig(prov, `  holder_id = ""`+"\n", "true"),
+				ExpectError: diagnostic("Invalid holder ID", "Holder ID is empty: leave holder_id unset for the default"),
+			},
+			{
 				// Terraform keeps ephemeral values out of what it stores.
 				Config: leaseConfig(prov, `  wait = "0s"`+"\n", "true") + `
 output "token" {
@@ -362,6 +367,34 @@ func TestAccLeaseEphemeralResource_onlyWhenApplying(t *testing.T) {
 	apply := startApply(ctx, t, tf, dir)
 	if token := apply.token(ctx); token != held.Token()+1 {
 		t.Errorf("the apply's token is %d; want %d: the plan of terraform apply took none", token, held.Token()+1)
+	}
+	apply.finish().ok(t)
+}
+
+// A database that only apply knows (the provider's, from a resource this
+// apply creates) holds nothing during the plan, rather than failing it
+// with advice for data sources; the apply takes the lease.
+func TestAccLeaseEphemeralResource_databaseKnownOnlyAtApply(t *testing.T) {
+	t.Parallel()
+	db, _ := accDatabase(t, locktable.DDL("locks")...)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	dir := t.TempDir()
+	tf.write(leaseConfig(requiredProviders+fmt.Sprintf(`
+resource "terraform_data" "database" {
+  input = %q
+}
+
+provider "spannerlock" {
+  emulator_host = %q
+  database      = terraform_data.database.output
+}
+`, db, emulator.Shared(t).Host()), "", blockingCommand(dir)))
+	tf.run(ctx, "plan", "-json").ok(t)
+	apply := startApply(ctx, t, tf, dir)
+	if token := apply.token(ctx); token != 1 {
+		t.Errorf("the apply's token is %d; want 1, the first acquisition", token)
 	}
 	apply.finish().ok(t)
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -40,7 +40,15 @@ type semaphoreModel struct {
 	Database types.String `tfsdk:"database"`
 	Table    types.String `tfsdk:"table"`
 	Name     types.String `tfsdk:"name"`
-	Permits  types.Int64  `tfsdk:"permits"`
+	// Permits is a Number, not an Int64, so that a fraction gets a message
+	// of ours (wholeNumber) rather than the framework's conversion error.
+	Permits types.Number `tfsdk:"permits"`
+}
+
+// permits returns the validated limit.
+func (m semaphoreModel) permits() int64 {
+	n, _ := m.Permits.ValueBigFloat().Int64()
+	return n
 }
 
 func (r *semaphoreResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -87,11 +95,11 @@ func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				Validators:    []validator.String{semaphoreName()},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
-			"permits": schema.Int64Attribute{
+			"permits": schema.NumberAttribute{
 				Required: true,
-				MarkdownDescription: "How many permits may be held at once, at least 1. Changing it changes the limit " +
-					"in place; lowering it takes no permit away, but no new one is granted until fewer than `permits` are held.",
-				Validators: []validator.Int64{int64validator.AtLeast(1)},
+				MarkdownDescription: "How many permits may be held at once: a whole number, at least 1. Changing it changes " +
+					"the limit in place; lowering it takes no permit away, but no new one is granted until fewer than `permits` are held.",
+				Validators: []validator.Number{wholeNumber(1)},
 			},
 		},
 	}
@@ -155,6 +163,7 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 		// before finding the new one taken.
 		if r.tableReady(ctx, db, table, &resp.Diagnostics) {
 			r.refuseDeclared(ctx, db, table, plan.Name.ValueString(), &resp.Diagnostics)
+			r.refuseLock(ctx, db, table, plan.Name.ValueString(), &resp.Diagnostics)
 		}
 	default:
 		// A change of letter case only names the same table, but in a
@@ -162,8 +171,8 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 		if table != state.Table.ValueString() && !r.tableReady(ctx, db, table, &resp.Diagnostics) {
 			break
 		}
-		if !plan.Permits.IsUnknown() && plan.Permits.ValueInt64() < state.Permits.ValueInt64() {
-			r.warnLowering(ctx, db, table, plan.Name.ValueString(), plan.Permits.ValueInt64(), &resp.Diagnostics)
+		if !plan.Permits.IsUnknown() && plan.permits() < state.permits() {
+			r.warnLowering(ctx, db, table, plan.Name.ValueString(), plan.permits(), &resp.Diagnostics)
 		}
 	}
 	if resp.Diagnostics.HasError() {
@@ -240,6 +249,26 @@ func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name 
 	}
 }
 
+// refuseLock stops the plan from declaring a semaphore under the name of a
+// lock that is held: locks and semaphores share a table's names, and apply
+// would fail. A lock that nobody holds now is not seen (lease reads holders,
+// not the kind of a name), and apply fails on it with lease's explanation.
+func (r *semaphoreResource) refuseLock(ctx context.Context, db, table, name string, diags *diag.Diagnostics) {
+	var h lease.Holder
+	err := r.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		var err error
+		h, err = lc.Holder(ctx, name)
+		return err
+	})
+	if err != nil || h.Kind != "lock" {
+		// No holder, or a read that failed: Create explains a failure.
+		return
+	}
+	diags.AddAttributeError(path.Root("name"), "Name is a lock", fmt.Sprintf("%q is a lock in table %s of %s, held now by "+
+		"%q with token %d, so it cannot be declared a semaphore: locks and semaphores share the names of a table. Choose "+
+		"another name for the semaphore.", name, table, db, h.HolderID, h.Token))
+}
+
 func alreadyDeclared(db, table string, s lease.Semaphore) string {
 	return fmt.Sprintf("Semaphore %q is already declared in table %s of %s, with %d permit(s). spannerlock_semaphore "+
 		"never takes over an existing limit without review; import it instead, with an import block or with\n\n"+
@@ -283,7 +312,7 @@ func (r *semaphoreResource) Create(ctx context.Context, req resource.CreateReque
 		case !errors.Is(err, lease.ErrUnknownSemaphore):
 			return err
 		}
-		return lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
+		return lc.SetPermits(ctx, name, plan.permits())
 	})
 	switch {
 	case declared:
@@ -322,7 +351,7 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		return
 	}
 	// From Spanner, so a limit changed behind Terraform's back shows as a diff.
-	state.Permits = types.Int64Value(s.Permits)
+	state.Permits = types.NumberValue(new(big.Float).SetInt64(s.Permits))
 	state.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
@@ -338,7 +367,7 @@ func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateReque
 		// In place: holders keep their permits and tokens whichever way the
 		// limit moves. A table renamed only in letter case is the same
 		// table, and this writes the same limit to the same row.
-		return lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
+		return lc.SetPermits(ctx, name, plan.permits())
 	})
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("permits"), "Cannot change semaphore limit", semaphoreFailure(table, name, err))

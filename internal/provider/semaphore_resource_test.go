@@ -315,6 +315,9 @@ func testAccSemaphoreImportExisting(t *testing.T, d locktable.Dialect) {
 		t.Fatal(err)
 	}
 	holdLease(t, sc, "a-lock", "worker-1")
+	if err := holdLease(t, sc, "old-lock", "worker-1").Release(emulator.Context(t)); err != nil {
+		t.Fatal(err)
+	}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -326,7 +329,8 @@ func testAccSemaphoreImportExisting(t *testing.T, d locktable.Dialect) {
 				ExpectError: diagnostic("Semaphore already declared", `"jobs" is already declared`, "with 4 permit(s)", "terraform import"),
 			},
 			{
-				// Locks and semaphores share the table's names.
+				// Locks and semaphores share the table's names: a held lock
+				// is refused at plan.
 				Config: prov + `
 resource "spannerlock_semaphore" "lock" {
   table   = "locks"
@@ -334,7 +338,20 @@ resource "spannerlock_semaphore" "lock" {
   permits = 1
 }
 `,
-				ExpectError: diagnostic("Cannot declare semaphore", `"a-lock" is a lock, not a semaphore`),
+				PlanOnly:    true,
+				ExpectError: diagnostic("Name is a lock", `"a-lock" is a lock in table locks`, `held now by "worker-1"`),
+			},
+			{
+				// One nobody holds is seen only by apply: lease reads
+				// holders, not the kind of a name.
+				Config: prov + `
+resource "spannerlock_semaphore" "lock" {
+  table   = "locks"
+  name    = "old-lock"
+  permits = 1
+}
+`,
+				ExpectError: diagnostic("Cannot declare semaphore", `"old-lock" is a lock, not a semaphore`),
 			},
 			{
 				Config:        semaphoreConfig(prov, 4),
@@ -386,12 +403,12 @@ resource "spannerlock_semaphore" "lock" {
 func TestAccSemaphore_planTimeErrors(t *testing.T) {
 	_, prov := accDatabase(t)
 	noDatabase := requiredProviders + fmt.Sprintf("provider \"spannerlock\" {\n  emulator_host = %q\n}\n", emulator.Shared(t).Host())
-	semaphore := func(provider, table, name string, permits int) string {
+	semaphore := func(provider, table, name string, permits any) string {
 		return provider + fmt.Sprintf(`
 resource "spannerlock_semaphore" "s" {
   table   = %q
   name    = %q
-  permits = %d
+  permits = %v
 }
 `, table, name, permits)
 	}
@@ -402,7 +419,14 @@ resource "spannerlock_semaphore" "s" {
 			{
 				Config:      semaphore(prov, "locks", "jobs", 0),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Attribute permits value must be at least 1, got: 0"),
+				ExpectError: diagnostic("Invalid number", "Must be a whole number, at least 1, not 0."),
+			},
+			{
+				// Not the framework's conversion error, "always an error in
+				// the provider".
+				Config:      semaphore(prov, "locks", "jobs", 2.5),
+				PlanOnly:    true,
+				ExpectError: diagnostic("Invalid number", "Must be a whole number, at least 1, not 2.5."),
 			},
 			{
 				Config:      semaphore(prov, "2locks", "jobs", 1),
@@ -597,7 +621,10 @@ func testAccSemaphoreTableDriftIsRepaired(t *testing.T, d locktable.Dialect) {
 	plan := tf.run(ctx, "plan", "-json").ok(t)
 	plan.plans(t, map[string]string{tableAddress: "update", semaphoreAddress: ""})
 	plan.has(t, "warning", "Table locks has drifted", `Semaphore "jobs" in table locks cannot be read`)
-	plan.has(t, "warning", "Table locks will be changed in place", "CREATE TABLE "+d.QuotePermitsTable("locks"))
+	plan.has(t, "warning", "Table locks will be changed in place", "table locks_permits does not exist")
+	if ddl := stringList(tf.plannedValues(ctx, tableAddress)["planned_ddl"]); len(ddl) != 1 || !strings.HasPrefix(ddl[0], "CREATE TABLE "+d.QuotePermitsTable("locks")) {
+		t.Errorf("planned_ddl %q; want the CREATE TABLE of %s", ddl, d.QuotePermitsTable("locks"))
+	}
 	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
 
 	if err := checkSemaphore(t, sc, declared(2, 0))(nil); err != nil {
@@ -612,4 +639,19 @@ func testAccSemaphoreTableDriftIsRepaired(t *testing.T, d locktable.Dialect) {
 	}
 	tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
 	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
+}
+
+// A semaphore under the name of a held lock fails at plan, not at apply:
+// locks and semaphores share a table's names.
+func TestAccSemaphore_lockName(t *testing.T) {
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+		sc := emulator.Client(t, db)
+		tf := newTerraformCLI(t)
+		ctx := cliContext(t)
+		holdLease(t, sc, "jobs", "worker-1")
+		tf.write(semaphoreConfig(prov, 2))
+		tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Name is a lock",
+			`"jobs" is a lock in table locks of `+db+`, held now by "worker-1" with token 1`)
+	})
 }

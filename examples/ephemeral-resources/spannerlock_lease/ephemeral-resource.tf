@@ -18,6 +18,9 @@ ephemeral "spannerlock_lease" "migration" {
   ttl       = "30s"
   # Queue behind another pipeline for up to 15 minutes; "0s" fails at once.
   wait = "15m"
+  # Take it only when applying, so that plans (of pull requests, say) neither
+  # wait for it nor keep it from an apply; the token is unknown in plans.
+  acquire = terraform.applying
 }
 
 resource "terraform_data" "migration" {

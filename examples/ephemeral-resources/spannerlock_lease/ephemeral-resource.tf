@@ -1,6 +1,6 @@
 # One pipeline at a time migrates the orders schema. The lease is held while
-# Terraform plans and while it applies, and the migration tool receives the
-# fencing token, which it stamps on what it writes.
+# Terraform applies (and, without acquire, while it plans too), and the
+# migration tool receives the fencing token, which it stamps on what it writes.
 variable "run_id" {
   description = "The CI run, recorded as the lease's holder."
   type        = string

@@ -26,30 +26,6 @@ import (
 // explain it.
 const longTTL = `  ttl = "1h"` + "\n"
 
-// promptly bounds what should take a second or two, generously for a
-// loaded machine; it is far below the hour a lease would otherwise stay
-// held, and below the wait that would otherwise keep Terraform waiting.
-const promptly = 90 * time.Second
-
-// waitUntil polls cond until it holds, and fails the test if it does not
-// within promptly, with what cond last said.
-func waitUntil(ctx context.Context, t *testing.T, cond func() (ok bool, what string)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, promptly)
-	defer cancel()
-	for {
-		ok, what := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("not within %s: %s", promptly, what)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // processGone reports whether pid has exited: it does not exist, or it is
 // a zombie that its new parent has not reaped yet.
 func processGone(pid int) bool {

@@ -53,9 +53,9 @@ func TestValidateTableName(t *testing.T) {
 	}
 	for _, c := range []struct{ name, why string }{
 		{"", "table name is empty"},
-		{"2locks", `table name "2locks" must start with an ASCII letter (A-Z or a-z), not '2'`},
+		{"2locks", `table name "2locks" must start with a letter (A-Z or a-z: ASCII only), not '2'`},
 		// A letter, but not one Spanner takes in an identifier.
-		{"élocks", `table name "élocks" must start with an ASCII letter (A-Z or a-z), not 'é'`},
+		{"élocks", `table name "élocks" must start with a letter (A-Z or a-z: ASCII only), not 'é'`},
 		{"locké", `table name "locké" may contain only ASCII letters, digits and underscores, not 'é' (character 5)`},
 		{"my-locks", `not '-' (character 3)`},
 		{"locks;DROP", "not ';'"},
@@ -85,7 +85,7 @@ func TestValidateTableNameInPostgreSQL(t *testing.T) {
 	for _, c := range []struct{ name, why string }{
 		{longest + "b", "is 55 characters long; in a PostgreSQL-dialect database the limit is 54"},
 		{"pg_locks", `starts with "pg_", which a PostgreSQL-dialect database reserves`},
-		{"2locks", "must start with an ASCII letter"},
+		{"2locks", "must start with a letter (A-Z or a-z: ASCII only)"},
 	} {
 		if err := PostgreSQL.ValidateTableName(c.name); err == nil || !strings.Contains(err.Error(), c.why) {
 			t.Errorf("PostgreSQL.ValidateTableName(%q) = %v, want an error saying %q", c.name, err, c.why)

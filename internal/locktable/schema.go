@@ -363,7 +363,7 @@ func ValidateTableName(name string) error {
 		switch {
 		case r < utf8.RuneSelf && unicode.IsLetter(r):
 		case i == 0:
-			return fmt.Errorf("table name %q must start with an ASCII letter (A-Z or a-z), not %q", name, r)
+			return fmt.Errorf("table name %q must start with a letter (A-Z or a-z: ASCII only), not %q", name, r)
 		case r < utf8.RuneSelf && unicode.IsDigit(r) || r == '_':
 		default:
 			return fmt.Errorf("table name %q may contain only ASCII letters, digits and underscores, not %q (character %d)", name, r, i+1)

@@ -65,7 +65,7 @@ func TestAccDDLFunction_defaultAndErrors(t *testing.T) {
 			},
 			{
 				Config:      ddlOutput(`"2locks"`),
-				ExpectError: diagnostic("Invalid function argument", `Table name "2locks" must start with an ASCII letter`),
+				ExpectError: diagnostic("Invalid function argument", `Table name "2locks" must start with a letter (A-Z or a-z: ASCII only)`),
 			},
 			{
 				// PostgreSQL would truncate the name of its sessions table.

@@ -431,7 +431,7 @@ resource "spannerlock_semaphore" "s" {
 			{
 				Config:      semaphore(prov, "2locks", "jobs", 1),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with an ASCII letter (A-Z or a-z), not '2'`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter (A-Z or a-z: ASCII only), not '2'`),
 			},
 			{
 				Config:      semaphore(prov, "locks", "", 1),

@@ -556,13 +556,13 @@ func TestAccTable_planTimeErrors(t *testing.T) {
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "2locks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with an ASCII letter (A-Z or a-z), not '2'`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter (A-Z or a-z: ASCII only), not '2'`),
 			},
 			{
 				// A letter, but not one Spanner takes in a name.
 				Config:      prov + `resource "spannerlock_table" "t" { name = "élocks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", `Table name "élocks" must start with an ASCII letter (A-Z or a-z), not 'é'`),
+				ExpectError: diagnostic("Invalid table name", `Table name "élocks" must start with a letter (A-Z or a-z: ASCII only), not 'é'`),
 			},
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "my-locks" }`,

@@ -289,7 +289,6 @@ resource "terraform_data" "deploy" {
 		t.Errorf("while the apply runs, the holder of deploy is %+v, %v; want pipeline-1 with token %d", h, err, token)
 	}
 	apply.finish().ok(t)
-	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
 }
 
 // Two spannerlock_lease of one configuration on one lease would wait for

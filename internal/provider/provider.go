@@ -45,8 +45,8 @@ type spannerlockProvider struct {
 	version string
 	// cache outlives each Configure: see connectionCache.
 	cache connectionCache
-	// leases are the ephemeral leases open in this process, between an Open
-	// and its Close.
+	// leases are the ephemeral leases this process holds, from an Open to
+	// its Close, or to the end of the process (see Serve).
 	leases leaseRegistry
 }
 

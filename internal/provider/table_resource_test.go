@@ -826,8 +826,6 @@ func testAccTableReplacementWithLiveLeases(t *testing.T, d locktable.Dialect) {
 	tf.write(renamed(unprotected + "  force_destroy = true\n"))
 	tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "Table will be dropped with live leases",
 		"Changing name replaces table "+db+"/tables/locks", `"deploy" held by "deployer" with token 1`)
-	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
-	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
 }
 
 // The plan shows what apply will run on a new table, and what replacing a
@@ -922,10 +920,12 @@ func testAccTablePostgreSQLNames(t *testing.T, d locktable.Dialect) {
 		}
 		r.failed(t).has(t, "error", "Invalid table name", fmt.Sprintf("Table name %q", name), "PostgreSQL-dialect database")
 	}
-	tf.write(cliTables(prov, unprotected, "t="+long[:locktable.MaxPostgreSQLTableNameLength]))
-	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
-	tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
-	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
+	if d == locktable.PostgreSQL {
+		// The longest name PostgreSQL holds works, companions included.
+		tf.write(cliTables(prov, unprotected, "t="+long[:locktable.MaxPostgreSQLTableNameLength]))
+		tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+		tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+	}
 }
 
 // An import in another letter case than Spanner's records Spanner's

@@ -253,6 +253,8 @@ func TestAccLeaseEphemeralResource_releasedWhenTheRunEnds(t *testing.T) {
 		{name: "ctrl_c", interrupt: syscall.SIGINT, group: true},
 		{name: "sigint", interrupt: syscall.SIGINT},
 		{name: "sigterm", interrupt: syscall.SIGTERM},
+		// The terminal closed: its hangup reaches the provider too.
+		{name: "terminal_closed", interrupt: syscall.SIGHUP, group: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

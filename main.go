@@ -6,8 +6,6 @@ import (
 	"flag"
 	"log"
 
-	"github.com/hashicorp/terraform-plugin-framework/providerserver"
-
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/provider"
 )
 
@@ -19,11 +17,7 @@ func main() {
 	flag.BoolVar(&debug, "debug", false, "run the provider with support for debuggers like delve")
 	flag.Parse()
 
-	err := providerserver.Serve(context.Background(), provider.New(version), providerserver.ServeOpts{
-		Address: provider.Address,
-		Debug:   debug,
-	})
-	if err != nil {
+	if err := provider.Serve(context.Background(), version, debug); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -79,6 +79,11 @@ func (a *app) initTable(ctx context.Context, c *conn, setCleanup bool, cleanupAf
 	if err != nil {
 		return c.explain(err)
 	}
+	// The database's dialect may not hold the name (PostgreSQL truncates
+	// long names and reserves pg_).
+	if err := ins.Dialect.ValidateTableName(c.table); err != nil {
+		return usageError("--table: %v", err)
+	}
 	opts := locktable.Options{CleanupAfter: ins.CleanupAfter}
 	if setCleanup {
 		opts.CleanupAfter = cleanupAfter

@@ -45,6 +45,31 @@ func TestInit(t *testing.T) {
 	})
 }
 
+// init refuses, changing nothing, a table name that a PostgreSQL-dialect
+// database would truncate (with its companion tables) or reserves; GoogleSQL
+// takes both.
+func TestInitRefusesNamesPostgreSQLCannotHold(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := emptyCLIIn(t, d)
+		long := strings.Repeat("a", locktable.MaxPostgreSQLTableNameLength+1)
+		for _, name := range []string{long, "pg_locks"} {
+			if d == locktable.GoogleSQL {
+				c.expect(0, "--table", name, "init", "--dry-run")
+				continue
+			}
+			r := c.expect(exitUsage, "--table", name, "init")
+			if !strings.Contains(r.stderr, "--table: table name \""+name+"\"") || !strings.Contains(r.stderr, "PostgreSQL-dialect database") {
+				t.Errorf("init --table %s: %s", name, r.stderr)
+			}
+		}
+		for _, name := range []string{long, locktable.SessionsTable(long)[:63], "pg_locks"} {
+			if inspect(t, c, name).Exists {
+				t.Errorf("table %s exists after init refused it", name)
+			}
+		}
+	})
+}
+
 // init migrates a table of an older schema version in place, keeps the
 // table's cleanup setting unless told otherwise, and sets it when told.
 func TestInitMigrates(t *testing.T) {

@@ -23,10 +23,10 @@ func Quote(ident string) string { return GoogleSQL.Quote(ident) }
 
 // DDL returns the statements, in dialect d, that create the named lock table
 // at the latest version, without cleanup. It panics if table is not a valid
-// name (see ValidateTableName), like regexp.MustCompile: table names are
-// constants in callers.
+// name in d (see Dialect.ValidateTableName), like regexp.MustCompile: table
+// names are constants in callers.
 func (d Dialect) DDL(table string) []string {
-	if err := ValidateTableName(table); err != nil {
+	if err := d.ValidateTableName(table); err != nil {
 		panic("locktable: " + err.Error())
 	}
 	return d.CreateDDL(table, Options{})

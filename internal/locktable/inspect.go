@@ -117,6 +117,10 @@ func (i Inspection) DropPlan() []string {
 	return stmts
 }
 
+// LiveName returns the lock table's name as Spanner spells it, which may
+// differ from Table in letter case; Table when the table does not exist.
+func (i Inspection) LiveName() string { return i.liveName() }
+
 func (i Inspection) liveName() string {
 	if lt, ok := i.Live.Table(i.Table); ok && lt.LiveName != "" {
 		return lt.LiveName

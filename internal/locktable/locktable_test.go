@@ -51,10 +51,79 @@ func TestValidateTableName(t *testing.T) {
 			t.Errorf("ValidateTableName(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "2locks", "my-locks", "locks;DROP", "`locks`", `"locks"`, strings.Repeat("a", MaxTableNameLength+1)} {
-		if err := ValidateTableName(bad); err == nil {
-			t.Errorf("ValidateTableName(%q) = nil, want an error", bad)
+	for _, c := range []struct{ name, why string }{
+		{"", "table name is empty"},
+		{"2locks", `table name "2locks" must start with a letter (A-Z or a-z: ASCII only), not '2'`},
+		// A letter, but not one Spanner takes in an identifier.
+		{"élocks", `table name "élocks" must start with a letter (A-Z or a-z: ASCII only), not 'é'`},
+		{"locké", `table name "locké" may contain only ASCII letters, digits and underscores, not 'é' (character 5)`},
+		{"my-locks", `not '-' (character 3)`},
+		{"locks;DROP", "not ';'"},
+		{"`locks`", "not '`'"},
+		{`"locks"`, `not '"'`},
+		{strings.Repeat("a", MaxTableNameLength+1), "is 101 characters long; the limit is 100"},
+	} {
+		if err := ValidateTableName(c.name); err == nil || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("ValidateTableName(%q) = %v, want an error saying %q", c.name, err, c.why)
 		}
+	}
+}
+
+// PostgreSQL keeps 63 characters of a name, and the longest companion adds
+// 9; it refuses tables named pg_*. The emulator shows both: a longer name
+// is truncated, so the table is not found by its name.
+func TestValidateTableNameInPostgreSQL(t *testing.T) {
+	longest := strings.Repeat("a", MaxPostgreSQLTableNameLength)
+	if MaxPostgreSQLTableNameLength != 54 || len(SessionsTable(longest)) != 63 {
+		t.Fatalf("MaxPostgreSQLTableNameLength = %d; want 54, so that %s is 63 characters", MaxPostgreSQLTableNameLength, SessionsTable(longest))
+	}
+	for _, ok := range []string{"locks", longest, "PG_locks", "Pg_locks", "locks_pg_"} {
+		if err := PostgreSQL.ValidateTableName(ok); err != nil {
+			t.Errorf("PostgreSQL.ValidateTableName(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, c := range []struct{ name, why string }{
+		{longest + "b", "is 55 characters long; in a PostgreSQL-dialect database the limit is 54"},
+		{"pg_locks", `starts with "pg_", which a PostgreSQL-dialect database reserves`},
+		{"2locks", "must start with a letter (A-Z or a-z: ASCII only)"},
+	} {
+		if err := PostgreSQL.ValidateTableName(c.name); err == nil || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("PostgreSQL.ValidateTableName(%q) = %v, want an error saying %q", c.name, err, c.why)
+		}
+		if strings.HasPrefix(c.name, "2") {
+			continue
+		}
+		if err := GoogleSQL.ValidateTableName(c.name); err != nil {
+			t.Errorf("GoogleSQL.ValidateTableName(%q) = %v, want nil: GoogleSQL has neither limit", c.name, err)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("PostgreSQL.DDL(%q) did not panic", c.name)
+				}
+			}()
+			PostgreSQL.DDL(c.name)
+		}()
+	}
+
+	// What the rules keep from happening.
+	db := emulator.PostgreSQLDatabase(t)
+	sc := emulator.Client(t, db)
+	ctx := emulator.Context(t)
+	e := emulator.Shared(t)
+	create := func(name string) error {
+		return e.UpdateDDL(ctx, db, `CREATE TABLE "`+name+`" (id bigint, PRIMARY KEY (id))`)
+	}
+	if err := create("pg_locks"); err == nil {
+		t.Error(`CREATE TABLE "pg_locks" succeeded in a PostgreSQL-dialect database; the pg_ rule is not needed`)
+	}
+	truncated := strings.Repeat("c", maxPostgreSQLIdentifier+1)
+	if err := create(truncated); err != nil {
+		t.Fatal(err)
+	}
+	if ins, err := PostgreSQL.Inspect(ctx, sc, truncated); err != nil || ins.Exists {
+		t.Errorf("a table created as %q (64 characters) inspects as existing %t, %v; want it not found under its name, "+
+			"which PostgreSQL truncated", truncated, ins.Exists, err)
 	}
 }
 

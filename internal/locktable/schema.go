@@ -10,8 +10,9 @@
 // default), so a table at any older version can be migrated in place and the
 // plan never drops a column or table.
 //
-// Names: a lock table's name is a letter, then letters, digits and
-// underscores (ValidateTableName), used exactly as given. GoogleSQL resolves
+// Names: a lock table's name is an ASCII letter, then ASCII letters, digits
+// and underscores (ValidateTableName), used exactly as given; in PostgreSQL
+// at most 54 characters and not starting with pg_ (Dialect.ValidateTableName). GoogleSQL resolves
 // table names regardless of letter case. PostgreSQL resolves quoted names
 // exactly and folds unquoted ones to lower case, so the PostgreSQL DDL and
 // every statement the runtime sends quote each name (Dialect.Quote): a table
@@ -21,9 +22,10 @@ package locktable
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Kind is a column type in neither dialect's spelling; each dialect spells it
@@ -394,17 +396,62 @@ func Definition(table string, version int) Schema {
 // (PermitsTable) within Spanner's 128-character limit.
 const MaxTableNameLength = 100
 
-var tableNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
+// MaxPostgreSQLTableNameLength is the limit in a PostgreSQL-dialect
+// database, where names keep only their first 63 characters (PostgreSQL's
+// NAMEDATALEN - 1): the longest companion, SessionsTable, must fit too.
+const MaxPostgreSQLTableNameLength = maxPostgreSQLIdentifier - len(sessionsSuffix)
 
-// ValidateTableName reports why name cannot name a lock table, or nil.
+const maxPostgreSQLIdentifier = 63
+
+// reservedPostgreSQLPrefix starts names that a PostgreSQL-dialect database
+// keeps for its own tables: CREATE TABLE refuses them. It is case-sensitive,
+// as the quoted names of spannerlock's DDL are.
+const reservedPostgreSQLPrefix = "pg_"
+
+// ValidateTableName reports why name cannot name a lock table in any
+// database, or nil. Dialect.ValidateTableName adds the dialect's limits.
 func ValidateTableName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("table name is empty")
 	case len(name) > MaxTableNameLength:
 		return fmt.Errorf("table name %q is %d characters long; the limit is %d", name, len(name), MaxTableNameLength)
-	case !tableNamePattern.MatchString(name):
-		return fmt.Errorf("table name %q must start with a letter and contain only letters, digits and underscores", name)
+	}
+	// Named by position, so that a letter outside ASCII, which looks like
+	// one, is not reported as if it were not a letter.
+	for i, r := range []rune(name) {
+		switch {
+		case r < utf8.RuneSelf && unicode.IsLetter(r):
+		case i == 0:
+			return fmt.Errorf("table name %q must start with a letter (A-Z or a-z: ASCII only), not %q", name, r)
+		case r < utf8.RuneSelf && unicode.IsDigit(r) || r == '_':
+		default:
+			return fmt.Errorf("table name %q may contain only ASCII letters, digits and underscores, not %q (character %d)", name, r, i+1)
+		}
+	}
+	return nil
+}
+
+// ValidateTableName reports why name cannot name a lock table in a database
+// of dialect d, or nil: ValidateTableName's rules, and in PostgreSQL, a name
+// that is no longer than MaxPostgreSQLTableNameLength and does not start
+// with "pg_". PostgreSQL would truncate a longer name, and the table (or a
+// companion) would not be found by its name.
+func (d Dialect) ValidateTableName(name string) error {
+	if err := ValidateTableName(name); err != nil {
+		return err
+	}
+	if d != PostgreSQL {
+		return nil
+	}
+	switch {
+	case len(name) > MaxPostgreSQLTableNameLength:
+		return fmt.Errorf("table name %q is %d characters long; in a PostgreSQL-dialect database the limit is %d, "+
+			"because PostgreSQL keeps only the first %d characters of a name and the companion table %s is %d characters longer",
+			name, len(name), MaxPostgreSQLTableNameLength, maxPostgreSQLIdentifier, SessionsTable(name), len(sessionsSuffix))
+	case strings.HasPrefix(name, reservedPostgreSQLPrefix):
+		return fmt.Errorf("table name %q starts with %q, which a PostgreSQL-dialect database reserves for its own tables",
+			name, reservedPostgreSQLPrefix)
 	}
 	return nil
 }

@@ -81,7 +81,21 @@ func newConnections(target string, settings connectionSettings, opts []option.Cl
 // request bounds one request to Spanner by request_timeout and gives it the
 // provider's log subsystems for db and table ("" when not about one table).
 func (c *connections) request(ctx context.Context, db, table string) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(withLogging(ctx, db, table), c.settings.timeout)
+	return context.WithTimeoutCause(withLogging(ctx, db, table), c.settings.timeout, errRequestTimeout)
+}
+
+// errRequestTimeout is the cause of a request's end at request_timeout.
+var errRequestTimeout = errors.New("request_timeout ran out")
+
+// operationTimeout is the cause of the end of an operation at its timeout
+// (a table's timeouts.create, say), which may come before request_timeout.
+type operationTimeout struct {
+	op      string
+	timeout time.Duration
+}
+
+func (t *operationTimeout) Error() string {
+	return fmt.Sprintf("timeouts.%s (%s) ran out", t.op, t.timeout)
 }
 
 // Spanner returns the data client for db, the full database path, and db's
@@ -185,7 +199,11 @@ var proxyFor = http.ProxyFromEnvironment
 // failure explains a failed request on db: where it went, and when it ran
 // out of time, what the endpoint last answered.
 func (c *connections) failure(ctx context.Context, db string, err error) error {
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) || spanner.ErrCode(err) == codes.DeadlineExceeded {
+	var op *operationTimeout
+	if errors.As(context.Cause(ctx), &op) {
+		return fmt.Errorf("%s on %s: no answer before %v: %w", db, c.target, op, err)
+	}
+	if errors.Is(context.Cause(ctx), errRequestTimeout) || ctx.Err() == nil && spanner.ErrCode(err) == codes.DeadlineExceeded {
 		msg := fmt.Sprintf("%s on %s: no answer within request_timeout (%s)", db, c.target, c.settings.timeout)
 		if last := c.lastFailure.Load(); last != nil {
 			msg += "; the last failed call said: " + *last
@@ -300,7 +318,8 @@ func (cc *connectionCache) forget(db string) {
 }
 
 // call runs fn against db's data client under request_timeout, with db's
-// dialect, and explains its failure with the endpoint and the database.
+// dialect, and explains its failure with the endpoint and the database, or
+// with what is wrong with table (see explainTable).
 func (d *providerData) call(ctx context.Context, db, table string, fn func(context.Context, *spanner.Client, locktable.Dialect) error) error {
 	conns, err := d.connections()
 	if err != nil {
@@ -313,31 +332,63 @@ func (d *providerData) call(ctx context.Context, db, table string, fn func(conte
 		return err
 	}
 	if err := fn(ctx, sc, dialect); err != nil {
-		return conns.failure(ctx, db, explainMisspelling(ctx, sc, dialect, db, table, err))
+		if explained := explainTable(ctx, sc, dialect, db, table, err); explained != err {
+			return explained
+		}
+		return conns.failure(ctx, db, err)
 	}
 	return nil
 }
 
-// explainMisspelling adds the cause to an error that says table does not
-// exist when it exists in another letter case: a PostgreSQL-dialect
-// database's SQL resolves quoted names exactly, and Spanner says no more
-// than that "LOCKS" does not exist while locks does.
-func explainMisspelling(ctx context.Context, sc *spanner.Client, d locktable.Dialect, db, table string, err error) error {
+// tableError says what is wrong with a lock table that a request on it
+// could not find: it does not exist, or (PostgreSQL) exists in another letter
+// case. It replaces the SQL error, which says less.
+type tableError struct {
+	db, table string
+	// live is the table's spelling when it exists in another letter case.
+	live string
+	err  error
+}
+
+func (e *tableError) Error() string {
+	if e.live != "" {
+		return misspelledTable(e.db, e.table, e.live)
+	}
+	return missingTable(e.db, e.table)
+}
+
+// missingTable says that table does not exist, and how to create it.
+func missingTable(db, table string) string {
+	return fmt.Sprintf("Lock table %s does not exist in %s. Create it with a spannerlock_table resource and set "+
+		"table = spannerlock_table.<name>.name, so that Terraform creates the table first; or check the spelling of "+
+		"table and database.", table, db)
+}
+
+func (e *tableError) Unwrap() error { return e.err }
+
+// explainTable turns err, a failed request on table, into a *tableError when
+// table does not exist, or exists in another letter case than a
+// PostgreSQL-dialect database's SQL finds (Spanner says no more than that
+// "LOCKS" does not exist while locks does). Otherwise it returns err.
+func explainTable(ctx context.Context, sc *spanner.Client, d locktable.Dialect, db, table string, err error) error {
 	if code := spanner.ErrCode(err); table == "" || code != codes.NotFound && code != codes.InvalidArgument {
 		return err
 	}
 	ins, inspectErr := d.Inspect(ctx, sc, table)
-	if inspectErr != nil {
+	switch {
+	case inspectErr != nil:
 		return err
+	case !ins.Exists:
+		return &tableError{db: db, table: table, err: err}
 	}
 	if live, misspelled := ins.Misspelled(); misspelled {
-		return fmt.Errorf("%w\n\n%s", err, misspelledTable(db, table, live))
+		return &tableError{db: db, table: table, live: live, err: err}
 	}
 	return err
 }
 
-// explainMisspelling is explainMisspelling for a failure outside call.
-func (d *providerData) explainMisspelling(ctx context.Context, db, table string, err error) error {
+// explainTable is explainTable for a failure outside call.
+func (d *providerData) explainTable(ctx context.Context, db, table string, err error) error {
 	conns, connErr := d.connections()
 	if connErr != nil {
 		return err
@@ -348,7 +399,7 @@ func (d *providerData) explainMisspelling(ctx context.Context, db, table string,
 	if connErr != nil {
 		return err
 	}
-	return explainMisspelling(ctx, sc, dialect, db, table, err)
+	return explainTable(ctx, sc, dialect, db, table, err)
 }
 
 // misspelledTable says why table, which exists as live, cannot be used.

@@ -34,8 +34,9 @@ func (ddlFunction) Definition(_ context.Context, _ function.DefinitionRequest, r
 		Parameters: []function.Parameter{
 			function.StringParameter{
 				Name: "table",
-				MarkdownDescription: "Name of the lock table: a letter, then letters, digits and underscores, at most " +
-					fmt.Sprint(locktable.MaxTableNameLength) + " characters. Applications pass the same name to `lease.NewClient`.",
+				MarkdownDescription: "Name of the lock table: an ASCII letter, then ASCII letters, digits and underscores, at most " +
+					fmt.Sprint(locktable.MaxTableNameLength) + " characters; for `\"POSTGRESQL\"` at most " +
+					fmt.Sprint(locktable.MaxPostgreSQLTableNameLength) + " and not starting with `pg_`. Applications pass the same name to `lease.NewClient`.",
 			},
 		},
 		VariadicParameter: function.StringParameter{
@@ -56,7 +57,8 @@ func (ddlFunction) Run(ctx context.Context, req function.RunRequest, resp *funct
 	}
 	stmts, arg, err := ddlStatements(table, dialects)
 	if err != nil {
-		resp.Error = function.NewArgumentFuncError(arg, capitalize(err.Error())+".")
+		// Terraform ends the message with a period of its own.
+		resp.Error = function.NewArgumentFuncError(arg, capitalize(err.Error()))
 		return
 	}
 	resp.Error = resp.Result.Set(ctx, stmts)
@@ -66,9 +68,6 @@ func (ddlFunction) Run(ctx context.Context, req function.RunRequest, resp *funct
 // the argument at fault. The DDL is what lease.DDL and lease.PostgreSQL.DDL
 // return.
 func ddlStatements(table string, dialects []string) (stmts []string, arg int64, err error) {
-	if err := locktable.ValidateTableName(table); err != nil {
-		return nil, 0, err
-	}
 	d := locktable.GoogleSQL
 	switch len(dialects) {
 	case 0:
@@ -78,6 +77,9 @@ func ddlStatements(table string, dialects []string) (stmts []string, arg int64, 
 		}
 	default:
 		return nil, 2, fmt.Errorf("at most one dialect may be given, got %d", len(dialects))
+	}
+	if err := d.ValidateTableName(table); err != nil {
+		return nil, 0, err
 	}
 	return d.DDL(table), 0, nil
 }

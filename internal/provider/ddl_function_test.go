@@ -65,7 +65,24 @@ func TestAccDDLFunction_defaultAndErrors(t *testing.T) {
 			},
 			{
 				Config:      ddlOutput(`"2locks"`),
-				ExpectError: diagnostic("Invalid function argument", `Table name "2locks" must start with a letter`),
+				ExpectError: diagnostic("Invalid function argument", `Table name "2locks" must start with a letter (A-Z or a-z: ASCII only)`),
+			},
+			{
+				// PostgreSQL would truncate the name of its sessions table.
+				Config: ddlOutput(fmt.Sprintf(`"%s", "POSTGRESQL"`, strings.Repeat("a", 55))),
+				ExpectError: diagnostic("Invalid function argument", "is 55 characters long; in a PostgreSQL-dialect database the limit is 54",
+					"keeps only the first 63 characters"),
+			},
+			{
+				Config:      ddlOutput(`"pg_locks", "POSTGRESQL"`),
+				ExpectError: diagnostic("Invalid function argument", `Table name "pg_locks" starts with "pg_"`),
+			},
+			{
+				// GoogleSQL has neither limit.
+				Config: ddlOutput(`"pg_locks"`),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownOutputValue("ddl", statements(lease.DDL("pg_locks"))),
+				},
 			},
 			{
 				Config:      ddlOutput(`"locks", "MYSQL"`),
@@ -105,6 +122,7 @@ func TestDDLStatements(t *testing.T) {
 		want     string
 	}{
 		{"", nil, 0, "table name is empty"},
+		{"pg_locks", []string{"POSTGRESQL"}, 0, `starts with "pg_"`},
 		{"locks", []string{""}, 1, "is not one of"},
 		{"locks", []string{"GOOGLE_STANDARD_SQL", "GOOGLE_STANDARD_SQL"}, 2, "at most one dialect may be given"},
 	} {
@@ -112,6 +130,26 @@ func TestDDLStatements(t *testing.T) {
 		if err == nil || arg != c.arg || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ddl(%q, %q): argument %d, %v; want argument %d at fault, an error saying %q", c.table, c.dialects, arg, err, c.arg, c.want)
 		}
+	}
+}
+
+// Terraform ends a function's error with a period; the provider's message
+// must not bring one of its own.
+func TestAccDDLFunction_errorsEndInOnePeriod(t *testing.T) {
+	t.Parallel()
+	accDatabase(t)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_8_0)
+	for _, args := range []string{`"2locks"`, `"locks", "MYSQL"`, `"locks", "POSTGRESQL", "POSTGRESQL"`, `"pg_locks", "POSTGRESQL"`} {
+		tf.write(ddlOutput(args))
+		r := tf.run(ctx, "plan", "-json").failed(t)
+		for _, d := range r.diagnostics {
+			if d.Severity == "error" && (strings.Contains(d.Detail, "..") || !strings.HasSuffix(d.Detail, ".")) {
+				t.Errorf("ddl(%s): %q; want one sentence ending in one period", args, d.Detail)
+			}
+		}
+		r.has(t, "error", "Invalid function argument")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
@@ -111,11 +112,17 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 		return
 	}
 	table, name := m.Table.ValueString(), m.Name.ValueString()
-	h, err := d.holder(ctx, db, table, name)
-	held := err == nil
+	h, sem, err := d.holder(ctx, db, table, name)
+	held := err == nil && sem == nil
 	if err != nil && !errors.Is(err, lease.ErrNoHolder) {
 		resp.Diagnostics.AddError("Cannot read lease", fmt.Sprintf("reading lease %q in table %s: %v", name, table, err))
 		return
+	}
+	if sem != nil {
+		resp.Diagnostics.AddAttributeWarning(path.Root("name"), fmt.Sprintf("%s is a semaphore", name), fmt.Sprintf(
+			"%q in table %s is a semaphore with %d permit(s), %d of them held now, not a lock or an election: it has no "+
+				"single holder, so held is false. Read its permits with the spannerlock_semaphore data source.",
+			name, table, sem.Permits, sem.InUse()))
 	}
 
 	m.ID = types.StringValue(leaseID(db, table, name))
@@ -133,15 +140,24 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
 }
 
-// holder is lease.Client.Holder itself, not a copy of its query.
-func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (lease.Holder, error) {
-	var h lease.Holder
-	err := d.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+// holder is lease.Client.Holder itself, not a copy of its query. A
+// semaphore's name has no single holder: sem then describes the semaphore,
+// and err is nil. Another kind of name (a worker-ID pool's) is lease's
+// error, which says what it is.
+func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (h lease.Holder, sem *lease.Semaphore, err error) {
+	err = d.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
 		var err error
-		h, err = lc.Holder(ctx, name)
-		return err
+		if h, err = lc.Holder(ctx, name); !errors.Is(err, lease.ErrWrongKind) {
+			return err
+		}
+		s, serr := lc.Semaphore(ctx, name)
+		if serr != nil {
+			return err
+		}
+		sem = &s
+		return nil
 	})
-	return h, err
+	return h, sem, err
 }
 
 func timestamp(t time.Time) types.String {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,5 +116,49 @@ data "spannerlock_leader" "jobs" {
 				ExpectError: diagnostic("Cannot read lease", "Lock table locks exists in "+db+" as locks", `Set table = "locks"`),
 			}),
 		},
+	})
+}
+
+// The data sources on a table that does not exist say so, as the semaphore
+// resource does, rather than with the SQL error of their query; the leader
+// data source on a semaphore's name says why nobody holds it.
+func TestAccDataSources_missingTableAndSemaphoreName(t *testing.T) {
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+		sc := emulator.Client(t, db)
+		tf := newTerraformCLI(t)
+		ctx := cliContext(t)
+		for _, c := range []struct{ kind, summary string }{
+			{"spannerlock_leader", "Cannot read lease"},
+			{"spannerlock_semaphore", "Cannot read semaphore"},
+		} {
+			tf.write(prov + fmt.Sprintf(`
+data %q "x" {
+  table = "absent"
+  name  = "jobs"
+}
+`, c.kind))
+			r := tf.run(ctx, "plan", "-json").failed(t)
+			r.has(t, "error", c.summary, "Lock table absent does not exist in "+db, "spannerlock_table.<name>.name")
+			for _, diag := range r.diagnostics {
+				for _, sql := range []string{"Table not found", "LEFT JOIN", "relation"} {
+					if strings.Contains(diag.Detail, sql) {
+						t.Errorf("data source %s on a missing table: %q; want no SQL error", c.kind, diag.Detail)
+					}
+				}
+			}
+		}
+
+		if err := appClient(t, sc, "admin").SetPermits(ctx, "jobs", 3); err != nil {
+			t.Fatal(err)
+		}
+		tf.write(prov + `
+data "spannerlock_leader" "jobs" {
+  table = "locks"
+  name  = "jobs"
+}
+`)
+		tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "jobs is a semaphore",
+			`"jobs" in table locks is a semaphore with 3 permit(s), 0 of them held now`, "spannerlock_semaphore data source")
 	})
 }

@@ -2,17 +2,15 @@ package provider
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/spanner"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
 	"github.com/hashicorp/terraform-plugin-framework/ephemeral/schema"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
@@ -50,6 +48,7 @@ type leaseModel struct {
 	TTL      types.String `tfsdk:"ttl"`
 	Wait     types.String `tfsdk:"wait"`
 	HolderID types.String `tfsdk:"holder_id"`
+	Acquire  types.Bool   `tfsdk:"acquire"`
 	Token    types.Int64  `tfsdk:"token"`
 }
 
@@ -101,12 +100,20 @@ func (r *leaseEphemeralResource) Schema(_ context.Context, _ ephemeral.SchemaReq
 				MarkdownDescription: "Identity recorded with the lease, which the `spannerlock_leader` data source and " +
 					"other holders' errors show, such as a pipeline's run ID. Defaults to the lease package's " +
 					"`<host>-<pid>-<random>`.",
-				Validators: []validator.String{leaseName()},
+				Validators: []validator.String{holderID()},
+			},
+			"acquire": schema.BoolAttribute{
+				Optional: true,
+				MarkdownDescription: "Whether Terraform takes the lease when it opens this resource; default `true`. Set it " +
+					"to `terraform.applying` to take it only when Terraform applies: a plan then neither waits for the lease " +
+					"nor keeps it from anyone, spends no token, and needs no permission to write to the table, but it is not " +
+					"serialised with other pipelines, and `token` is unknown in it.",
 			},
 			"token": schema.Int64Attribute{
 				Computed: true,
 				MarkdownDescription: "Fencing token of this acquisition: larger than every earlier acquisition's of the " +
-					"name. Hand it to what the run changes, which should reject writes with a token below the largest it has seen.",
+					"name. Hand it to what the run changes, which should reject writes with a token below the largest it has seen. " +
+					"Unknown in a plan that does not take the lease (see `acquire` and what is held when).",
 			},
 		},
 	}
@@ -124,8 +131,36 @@ func (r *leaseEphemeralResource) Open(ctx context.Context, req ephemeral.OpenReq
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	db, ok := r.data.readDatabase(m.Database, &resp.Diagnostics)
+	// notHeld answers an Open that holds nothing: the token is unknown, as
+	// the values of a plan are that only apply knows.
+	notHeld := func() {
+		m.Token = types.Int64Unknown()
+		if m.Database.IsNull() {
+			m.Database = types.StringUnknown()
+		}
+		if m.HolderID.IsNull() {
+			m.HolderID = types.StringUnknown()
+		}
+		resp.Diagnostics.Append(resp.Result.Set(ctx, m)...)
+	}
+	if !m.Acquire.IsNull() && !m.Acquire.ValueBool() {
+		notHeld()
+		return
+	}
+	db, dbKnown, ok := r.data.defaultDatabase(m.Database, &resp.Diagnostics)
 	if !ok {
+		return
+	}
+	if !dbKnown || !r.data.canRead() {
+		// The database, or how to reach it, comes from a resource that this
+		// apply creates. Terraform opens the resource again when it applies,
+		// with every value known; the plan cannot hold the lease.
+		notHeld()
+		return
+	}
+	table, name := m.Table.ValueString(), m.Name.ValueString()
+	if r.changedByThisApply(ctx, db, table) {
+		notHeld()
 		return
 	}
 	ttl, wait := lease.DefaultTTL, defaultLeaseWait
@@ -136,29 +171,49 @@ func (r *leaseEphemeralResource) Open(ctx context.Context, req ephemeral.OpenReq
 	if !m.Wait.IsNull() {
 		wait, _ = time.ParseDuration(m.Wait.ValueString())
 	}
-	table, name := m.Table.ValueString(), m.Name.ValueString()
 	opts := []lease.Option{lease.WithTTL(ttl)}
 	if !m.HolderID.IsNull() {
 		opts = append(opts, lease.WithHolderID(m.HolderID.ValueString()))
 	}
 
+	key := newLeaseKey(db, table, name)
+	done, err := r.data.leases.reserve(key)
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Lease already held by this run", sameRun(db, table, name))
+		return
+	}
+	defer done()
 	var lc *lease.Client
-	err := r.data.call(ctx, db, table, func(_ context.Context, sc *spanner.Client, _ locktable.Dialect) error {
+	err = r.data.call(ctx, db, table, func(_ context.Context, sc *spanner.Client, _ locktable.Dialect) error {
 		var err error
-		lc, err = lease.NewClient(sc, table, opts...)
-		return err
+		if lc, err = lease.NewClient(sc, table, opts...); err != nil {
+			return fmt.Errorf("lease %q in table %s: %w", name, table, err)
+		}
+		return nil
 	})
+	var l *lease.Lease
+	if err == nil {
+		l, err = r.acquire(ctx, db, table, lc, name, wait)
+		if err != nil {
+			_ = lc.Close()
+		}
+	}
+	if cause := r.data.leases.interrupted(); err != nil && cause != nil {
+		// Whatever failed, it failed because Terraform stopped.
+		err = notAcquired(name, cause)
+	}
 	if err != nil {
-		resp.Diagnostics.AddError("Cannot acquire lease", fmt.Sprintf("lease %q in table %s: %v", name, table, err))
+		resp.Diagnostics.AddError("Cannot acquire lease", err.Error())
 		return
 	}
-	l, err := r.acquire(ctx, db, lc, name, wait)
-	if err != nil {
+	id, kept := r.data.leases.put(key, lc, l)
+	if !kept {
+		// The process is ending: what it acquired now, it releases.
 		_ = lc.Close()
-		resp.Diagnostics.AddError("Cannot acquire lease", r.data.explainMisspelling(ctx, db, table, err).Error())
+		resp.Diagnostics.AddError("Cannot acquire lease", fmt.Sprintf("lease %q in table %s was acquired as the provider "+
+			"was shutting down, and released at once.", name, table))
 		return
 	}
-	id := r.data.leases.put(lc, l)
 	tflog.Debug(ctx, "Acquired lease", map[string]any{logFieldDatabase: db, logFieldTable: table, "name": name, "token": l.Token()})
 	b, _ := json.Marshal(id) // a string always marshals
 	resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateLeaseKey, b)...)
@@ -169,42 +224,76 @@ func (r *leaseEphemeralResource) Open(ctx context.Context, req ephemeral.OpenReq
 	resp.Diagnostics.Append(resp.Result.Set(ctx, m)...)
 }
 
+// changedByThisApply reports that table cannot hold a lease yet because the
+// plan being made creates it, or migrates it to the schema version the lease
+// package needs (spannerlock_table.<name>.name makes Terraform open the
+// lease after planning the table). Only the plan sees it so: the apply opens
+// the lease again after creating or migrating the table.
+func (r *leaseEphemeralResource) changedByThisApply(ctx context.Context, db, table string) bool {
+	if !r.data.planned.changes(db, table) {
+		return false
+	}
+	ins, err := r.data.inspect(ctx, db, table)
+	return databaseGone(err) || err == nil && (!ins.Exists || ins.Version < locktable.Latest)
+}
+
 // acquire takes the lease, waiting up to wait while another holder has it,
-// and explains a refusal with the holder.
-func (r *leaseEphemeralResource) acquire(ctx context.Context, db string, lc *lease.Client, name string, wait time.Duration) (*lease.Lease, error) {
+// and explains a refusal with the holder. An interrupt of Terraform, or the
+// end of the provider process, ends the wait at once, and no lease is
+// acquired after it.
+func (r *leaseEphemeralResource) acquire(ctx context.Context, db, table string, lc *lease.Client, name string, wait time.Duration) (*lease.Lease, error) {
 	conns, err := r.data.connections()
 	if err != nil {
 		return nil, err
 	}
+	wctx, endWait, err := r.data.leases.waitContext(ctx)
+	if err != nil {
+		return nil, notAcquired(name, err)
+	}
+	defer endWait()
+	var l *lease.Lease
 	if wait == 0 {
-		rctx, cancel := conns.request(ctx, db, "")
+		rctx, cancel := conns.request(wctx, db, table)
 		defer cancel()
-		l, err := lc.TryAcquire(rctx, name)
+		l, err = lc.TryAcquire(rctx, name)
 		var held *lease.HeldError
 		if errors.As(err, &held) {
 			return nil, fmt.Errorf("%s, and wait = \"0s\" does not wait for it", describeHeld(held.Holder))
 		}
-		if err != nil {
-			return nil, conns.failure(rctx, db, err)
-		}
-		return l, nil
-	}
-	wctx, cancel := context.WithTimeout(withLogging(ctx, db, ""), wait)
-	defer cancel()
-	l, err := lc.Acquire(wctx, name)
-	if err == nil {
-		return l, nil
-	}
-	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		// Say who kept it, as of now.
-		rctx, cancel := conns.request(ctx, db, "")
+	} else {
+		tctx, cancel := context.WithTimeout(withLogging(wctx, db, table), wait)
 		defer cancel()
-		if h, herr := lc.Holder(rctx, name); herr == nil {
-			return nil, fmt.Errorf("%s; it was still held after waiting %s (wait)", describeHeld(h), wait)
+		l, err = lc.Acquire(tctx, name)
+		if err != nil && wctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Say who kept it, as of now.
+			rctx, cancel := conns.request(ctx, db, table)
+			defer cancel()
+			if h, herr := lc.Holder(rctx, name); herr == nil {
+				return nil, fmt.Errorf("%s; it was still held after waiting %s (wait)", describeHeld(h), wait)
+			}
+			return nil, fmt.Errorf("lease %q was still held after waiting %s (wait)", name, wait)
 		}
-		return nil, fmt.Errorf("lease %q was still held after waiting %s (wait)", name, wait)
 	}
-	return nil, conns.failure(wctx, db, err)
+	if cause := r.data.leases.interrupted(); cause != nil {
+		if l != nil {
+			// Acquired as the interrupt came: let go at once.
+			_ = l.Release(context.WithoutCancel(ctx))
+		}
+		return nil, notAcquired(name, cause)
+	}
+	if err != nil {
+		if explained := r.data.explainTable(ctx, db, table, err); explained != err {
+			return nil, explained
+		}
+		return nil, conns.failure(ctx, db, err)
+	}
+	return l, nil
+}
+
+// notAcquired explains a wait that Terraform's interrupt or the end of the
+// provider process ended.
+func notAcquired(name string, cause error) error {
+	return fmt.Errorf("stopped waiting for lease %q because %v; it was not acquired", name, cause)
 }
 
 func describeHeld(h lease.Holder) string {
@@ -241,39 +330,4 @@ func (r *leaseEphemeralResource) Close(ctx context.Context, req ephemeral.CloseR
 		resp.Diagnostics.AddWarning("Cannot release lease", fmt.Sprintf("Releasing lease %q failed, so it stays held until "+
 			"its TTL runs out: %v", open.lease.Name(), err))
 	}
-}
-
-// openLeases are the ephemeral leases a provider process holds, between the
-// Open that acquired each and its Close. Terraform opens and closes an
-// ephemeral resource in the same provider process, and hands Close only the
-// private data Open left, so a lease is found again by an ID kept there.
-type openLeases struct {
-	mu   sync.Mutex
-	byID map[string]*openLease
-}
-
-type openLease struct {
-	client *lease.Client
-	lease  *lease.Lease
-}
-
-func (o *openLeases) put(lc *lease.Client, l *lease.Lease) string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // never fails on supported platforms
-	id := hex.EncodeToString(b)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.byID == nil {
-		o.byID = map[string]*openLease{}
-	}
-	o.byID[id] = &openLease{client: lc, lease: l}
-	return id
-}
-
-func (o *openLeases) take(id string) *openLease {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	l := o.byID[id]
-	delete(o.byID, id)
-	return l
 }

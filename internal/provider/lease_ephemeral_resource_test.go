@@ -41,23 +41,23 @@ resource "terraform_data" "deploy" {
 }
 
 // blockingCommand writes $TOKEN to dir/token, then waits for dir/done, so a
-// test can look at the lease while Terraform runs the command.
+// test can look at the lease while Terraform runs the command. It also ends
+// when dir is removed, so that it never outlives the test.
 func blockingCommand(dir string) string {
-	return fmt.Sprintf(`echo "$TOKEN" > %[1]s/token.tmp && mv %[1]s/token.tmp %[1]s/token && while [ ! -e %[1]s/done ]; do sleep 0.05; done`, dir)
+	return fmt.Sprintf(`echo "$TOKEN" > %[1]s/token.tmp && mv %[1]s/token.tmp %[1]s/token && while [ ! -e %[1]s/done ] && [ -d %[1]s ]; do sleep 0.05; done`, dir)
 }
 
 // runningApply is a terraform apply whose local-exec command blocks (see
 // blockingCommand) until finish.
 type runningApply struct {
-	t      *testing.T
-	dir    string
-	result chan result
+	*command
+	dir string
 }
 
 func startApply(ctx context.Context, t *testing.T, tf *terraformCLI, dir string) *runningApply {
-	a := &runningApply{t: t, dir: dir, result: make(chan result, 1)}
-	go func() { a.result <- tf.run(ctx, "apply", "-auto-approve", "-json") }()
-	return a
+	// The command ends with the test, whatever became of terraform.
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(dir, "done"), nil, 0o600) })
+	return &runningApply{command: tf.start(ctx, "apply", "-auto-approve", "-json"), dir: dir}
 }
 
 // token waits for the command to start and returns the token it received.
@@ -72,7 +72,11 @@ func (a *runningApply) token(ctx context.Context) int64 {
 			return token
 		}
 		select {
-		case r := <-a.result:
+		case <-a.done:
+			if _, err := os.Stat(filepath.Join(a.dir, "token")); err == nil {
+				continue // the command ran, and terraform ended after it
+			}
+			r := a.wait()
 			a.t.Fatalf("terraform apply ended before its command ran: %v\n%s", r.err, r.output)
 		case <-ctx.Done():
 			a.t.Fatal("the command did not start")
@@ -87,7 +91,7 @@ func (a *runningApply) finish() result {
 	if err := os.WriteFile(filepath.Join(a.dir, "done"), nil, 0o600); err != nil {
 		a.t.Fatal(err)
 	}
-	return <-a.result
+	return a.wait()
 }
 
 // The lease is held, with the token the command receives, while Terraform
@@ -190,6 +194,11 @@ func testAccLeaseEphemeralResourceWait(t *testing.T, d locktable.Dialect) {
 				ExpectError: diagnostic("Invalid duration", `Duration "500ms" must be from 1s to 24h0m0s.`),
 			},
 			{
+				// Not "Lease name is empty".
+				Config:      leaseConfig(prov, `  holder_id = ""`+"\n", "true"),
+				ExpectError: diagnostic("Invalid holder ID", "Holder ID is empty: leave holder_id unset for the default"),
+			},
+			{
 				// Terraform keeps ephemeral values out of what it stores.
 				Config: leaseConfig(prov, `  wait = "0s"`+"\n", "true") + `
 output "token" {
@@ -231,4 +240,221 @@ func TestAccLeaseEphemeralResource_exampleValidates(t *testing.T) {
 	}
 	tf.write(requiredProviders + string(example))
 	tf.run(ctx, "validate", "-json").ok(t)
+}
+
+// The documented configuration, with the table and the lease in one
+// configuration, works from an empty database: the plan cannot hold a lease
+// in a table it is about to create, so it holds none and the token is
+// unknown until apply; the apply creates the table, then takes the lease.
+func TestAccLeaseEphemeralResource_tableCreatedByTheSameApply(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceTableCreatedByTheSameApply)
+}
+
+func testAccLeaseEphemeralResourceTableCreatedByTheSameApply(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	dir := t.TempDir()
+	tf.write(prov + fmt.Sprintf(`
+resource "spannerlock_table" "locks" {
+  name                = "locks"
+  deletion_protection = false
+}
+
+ephemeral "spannerlock_lease" "deploy" {
+  table     = spannerlock_table.locks.name
+  name      = "deploy"
+  holder_id = "pipeline-1"
+}
+
+resource "terraform_data" "deploy" {
+  provisioner "local-exec" {
+    command = %q
+    environment = {
+      TOKEN = ephemeral.spannerlock_lease.deploy.token
+    }
+  }
+}
+`, blockingCommand(dir)))
+
+	tf.run(ctx, "plan", "-json").ok(t)
+	apply := startApply(ctx, t, tf, dir)
+	token := apply.token(ctx)
+	if token != 1 {
+		t.Errorf("the apply's token is %d; want 1: the plans acquired nothing in a table that did not exist", token)
+	}
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); err != nil || h.HolderID != "pipeline-1" || h.Token != token {
+		t.Errorf("while the apply runs, the holder of deploy is %+v, %v; want pipeline-1 with token %d", h, err, token)
+	}
+	apply.finish().ok(t)
+}
+
+// The same, with a table that exists at an older schema version than the
+// lease package needs (a provider upgrade brings a migration): the plan
+// holds nothing in a table it migrates, rather than failing on a column the
+// migration adds, which would keep the migration from ever being applied;
+// the apply migrates the table, then takes the lease.
+func TestAccLeaseEphemeralResource_tableMigratedByTheSameApply(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceTableMigratedByTheSameApply)
+}
+
+func testAccLeaseEphemeralResourceTableMigratedByTheSameApply(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDLAt("locks", locktable.Latest-1)...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	dir := t.TempDir()
+	tf.write(prov + fmt.Sprintf(`
+import {
+  to = spannerlock_table.locks
+  id = "locks"
+}
+
+resource "spannerlock_table" "locks" {
+  name                = "locks"
+  deletion_protection = false
+}
+
+ephemeral "spannerlock_lease" "deploy" {
+  table     = spannerlock_table.locks.name
+  name      = "deploy"
+  holder_id = "pipeline-1"
+}
+
+resource "terraform_data" "deploy" {
+  provisioner "local-exec" {
+    command = %q
+    environment = {
+      TOKEN = ephemeral.spannerlock_lease.deploy.token
+    }
+  }
+}
+`, blockingCommand(dir)))
+
+	tf.run(ctx, "plan", "-json").ok(t).plans(t, map[string]string{tableAddress: "update", "terraform_data.deploy": "create"})
+	apply := startApply(ctx, t, tf, dir)
+	token := apply.token(ctx)
+	if token != 1 {
+		t.Errorf("the apply's token is %d; want 1: the plans acquired nothing in a table they migrate", token)
+	}
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); err != nil || h.HolderID != "pipeline-1" || h.Token != token {
+		t.Errorf("while the apply runs, the holder of deploy is %+v, %v; want pipeline-1 with token %d", h, err, token)
+	}
+	apply.finish().ok(t)
+	// The table is current now: the next plan holds the lease again.
+	tf.run(ctx, "plan", "-json").ok(t)
+	if next := holdLease(t, sc, "deploy", "next"); next.Token() != token+2 {
+		t.Errorf("after the apply and another plan, deploy's next token is %d; want %d: the plan of a current table takes the lease",
+			next.Token(), token+2)
+	}
+}
+
+// Two spannerlock_lease of one configuration on one lease would wait for
+// each other for the whole wait: the second fails at once, saying why.
+func TestAccLeaseEphemeralResource_sameLeaseTwice(t *testing.T) {
+	t.Parallel()
+	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	tf.write(prov + `
+ephemeral "spannerlock_lease" "deploy" {
+  table     = "locks"
+  name      = "deploy"
+  holder_id = "pipeline-1"
+  wait      = "1h"
+}
+
+# The same table to Spanner, in another letter case.
+ephemeral "spannerlock_lease" "again" {
+  table     = "LOCKS"
+  name      = "deploy"
+  holder_id = "pipeline-1"
+  wait      = "1h"
+}
+
+resource "terraform_data" "deploy" {
+  provisioner "local-exec" {
+    command = "true"
+    environment = {
+      A = ephemeral.spannerlock_lease.deploy.token
+      B = ephemeral.spannerlock_lease.again.token
+    }
+  }
+}
+`)
+	plan := tf.start(ctx, "plan", "-json")
+	waitUntil(ctx, t, func() (bool, string) {
+		select {
+		case <-plan.done:
+			return true, ""
+		default:
+			return false, "terraform plan still waits: its two leases wait for each other"
+		}
+	})
+	plan.wait().failed(t).has(t, "error", "Lease already held by this run", `Lease "deploy" in table`,
+		"another spannerlock_lease of this Terraform run", "Give each spannerlock_lease its own name")
+	// The one that was acquired is released with the run.
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); !errors.Is(err, lease.ErrNoHolder) {
+		t.Errorf("after the plan, the holder of deploy is %+v, %v; want none", h, err)
+	}
+}
+
+// acquire = terraform.applying: plans neither wait for the lease nor take
+// it (no token is spent); the apply does.
+func TestAccLeaseEphemeralResource_onlyWhenApplying(t *testing.T) {
+	t.Parallel()
+	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	held := holdLease(t, sc, "deploy", "other-pipeline")
+	dir := t.TempDir()
+	tf.write(leaseConfig(prov, "  acquire = terraform.applying\n  wait = \"1h\"\n", blockingCommand(dir)))
+
+	tf.run(ctx, "plan", "-json").ok(t)
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); err != nil || h.Token != held.Token() {
+		t.Fatalf("after the plan, the holder of deploy is %+v, %v; want other-pipeline, undisturbed", h, err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	apply := startApply(ctx, t, tf, dir)
+	if token := apply.token(ctx); token != held.Token()+1 {
+		t.Errorf("the apply's token is %d; want %d: the plan of terraform apply took none", token, held.Token()+1)
+	}
+	apply.finish().ok(t)
+}
+
+// A database that only apply knows (the provider's, from a resource this
+// apply creates) holds nothing during the plan, rather than failing it
+// with advice for data sources; the apply takes the lease.
+func TestAccLeaseEphemeralResource_databaseKnownOnlyAtApply(t *testing.T) {
+	t.Parallel()
+	db, _ := accDatabase(t, locktable.DDL("locks")...)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	dir := t.TempDir()
+	tf.write(leaseConfig(requiredProviders+fmt.Sprintf(`
+resource "terraform_data" "database" {
+  input = %q
+}
+
+provider "spannerlock" {
+  emulator_host = %q
+  database      = terraform_data.database.output
+}
+`, db, emulator.Shared(t).Host()), "", blockingCommand(dir)))
+	tf.run(ctx, "plan", "-json").ok(t)
+	apply := startApply(ctx, t, tf, dir)
+	if token := apply.token(ctx); token != 1 {
+		t.Errorf("the apply's token is %d; want 1, the first acquisition", token)
+	}
+	apply.finish().ok(t)
 }

@@ -45,9 +45,9 @@ type spannerlockProvider struct {
 	version string
 	// cache outlives each Configure: see connectionCache.
 	cache connectionCache
-	// leases are the ephemeral leases open in this process, between an Open
-	// and its Close.
-	leases openLeases
+	// leases are the ephemeral leases this process holds, from an Open to
+	// its Close, or to the end of the process (see Serve).
+	leases leaseRegistry
 }
 
 // New returns a constructor for the provider, as providerserver expects.
@@ -79,11 +79,12 @@ type providerData struct {
 	// pending then names the attribute that is unknown.
 	conns   *connections
 	pending string
-	// planned are the tables this plan creates, so that checks of other
-	// resources can tell a table that is missing from one that is coming.
+	// planned are the tables this plan creates or changes, so that checks of
+	// other resources can tell a table that is missing, or not at the latest
+	// version, from one that is coming.
 	planned plannedTables
 	// leases is the provider's registry of open ephemeral leases.
-	leases *openLeases
+	leases *leaseRegistry
 }
 
 // defaultDatabase resolves an optional database attribute against the

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -40,7 +40,19 @@ type semaphoreModel struct {
 	Database types.String `tfsdk:"database"`
 	Table    types.String `tfsdk:"table"`
 	Name     types.String `tfsdk:"name"`
-	Permits  types.Int64  `tfsdk:"permits"`
+	// Permits is a Number, not an Int64, so that a fraction gets a message
+	// of ours (wholeNumber) rather than the framework's conversion error.
+	Permits types.Number `tfsdk:"permits"`
+}
+
+// permits returns the validated limit, or 0 when it is not known (an
+// import that could not read it yet).
+func (m semaphoreModel) permits() int64 {
+	if m.Permits.IsNull() || m.Permits.IsUnknown() {
+		return 0
+	}
+	n, _ := m.Permits.ValueBigFloat().Int64()
+	return n
 }
 
 func (r *semaphoreResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -87,11 +99,11 @@ func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				Validators:    []validator.String{semaphoreName()},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
-			"permits": schema.Int64Attribute{
+			"permits": schema.NumberAttribute{
 				Required: true,
-				MarkdownDescription: "How many permits may be held at once, at least 1. Changing it changes the limit " +
-					"in place; lowering it takes no permit away, but no new one is granted until fewer than `permits` are held.",
-				Validators: []validator.Int64{int64validator.AtLeast(1)},
+				MarkdownDescription: "How many permits may be held at once: a whole number, at least 1. Changing it changes " +
+					"the limit in place; lowering it takes no permit away, but no new one is granted until fewer than `permits` are held.",
+				Validators: []validator.Number{wholeNumber(1)},
 			},
 		},
 	}
@@ -155,6 +167,7 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 		// before finding the new one taken.
 		if r.tableReady(ctx, db, table, &resp.Diagnostics) {
 			r.refuseDeclared(ctx, db, table, plan.Name.ValueString(), &resp.Diagnostics)
+			r.refuseLock(ctx, db, table, plan.Name.ValueString(), &resp.Diagnostics)
 		}
 	default:
 		// A change of letter case only names the same table, but in a
@@ -162,8 +175,8 @@ func (r *semaphoreResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 		if table != state.Table.ValueString() && !r.tableReady(ctx, db, table, &resp.Diagnostics) {
 			break
 		}
-		if !plan.Permits.IsUnknown() && plan.Permits.ValueInt64() < state.Permits.ValueInt64() {
-			r.warnLowering(ctx, db, table, plan.Name.ValueString(), plan.Permits.ValueInt64(), &resp.Diagnostics)
+		if !plan.Permits.IsUnknown() && plan.permits() < state.permits() {
+			r.warnLowering(ctx, db, table, plan.Name.ValueString(), plan.permits(), &resp.Diagnostics)
 		}
 	}
 	if resp.Diagnostics.HasError() {
@@ -203,10 +216,34 @@ func (r *semaphoreResource) tableReady(ctx context.Context, db, table string, di
 	return true
 }
 
-func missingTable(db, table string) string {
-	return fmt.Sprintf("Lock table %s does not exist in %s, so no semaphore can be declared in it. Create it with a "+
-		"spannerlock_table resource and set table = spannerlock_table.<name>.name here, so that Terraform creates the table "+
-		"first; or check the spelling of table and database.", table, db)
+// unreadable explains err, a failed read of semaphore name, with a warning
+// when its table exists but has drifted from spannerlock's schema in a way
+// that keeps semaphores from being read (locks_permits dropped by hand, say),
+// and reports whether it did. An error there would fail every plan, the one
+// in which spannerlock_table repairs the table included; the semaphore is
+// read again once the table is repaired.
+//
+// An import has nothing to keep: it fails, saying to apply the table first.
+func (r *semaphoreResource) unreadable(ctx context.Context, db, table, name string, err error, importing bool, diags *diag.Diagnostics) bool {
+	ins, inspectErr := r.data.inspect(ctx, db, table)
+	if inspectErr != nil || !ins.Exists || ins.Current() {
+		return false
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Semaphore %q in table %s cannot be read: %v\n\nTable %s differs from spannerlock's schema:\n", name, table, err, table)
+	for _, d := range ins.Diffs {
+		fmt.Fprintf(&b, "  - %s\n", d)
+	}
+	if importing {
+		fmt.Fprintf(&b, "\nApply the spannerlock_table resource for table %s first, which migrates or repairs it (for example "+
+			"terraform apply -target=spannerlock_table.<name>), then import the semaphore.", table)
+		diags.AddAttributeError(path.Root("table"), "Cannot import semaphore", b.String())
+		return true
+	}
+	b.WriteString("\nTerraform keeps what it last knew of the semaphore. A spannerlock_table resource for the table repairs " +
+		"what can be repaired when it is applied (see its plan); the semaphore is read again after that.")
+	diags.AddAttributeWarning(path.Root("table"), fmt.Sprintf("Table %s has drifted", table), b.String())
+	return true
 }
 
 // refuseDeclared stops the plan from declaring a semaphore that is already
@@ -216,11 +253,32 @@ func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name 
 	s, err := readSemaphore(ctx, r.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore):
+	case err != nil && r.unreadable(ctx, db, table, name, err, false, diags):
 	case err != nil:
 		diags.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
 	default:
 		diags.AddAttributeError(path.Root("name"), "Semaphore already declared", alreadyDeclared(db, table, s))
 	}
+}
+
+// refuseLock stops the plan from declaring a semaphore under the name of a
+// lock that is held: locks and semaphores share a table's names, and apply
+// would fail. A lock that nobody holds now is not seen (lease reads holders,
+// not the kind of a name), and apply fails on it with lease's explanation.
+func (r *semaphoreResource) refuseLock(ctx context.Context, db, table, name string, diags *diag.Diagnostics) {
+	var h lease.Holder
+	err := r.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		var err error
+		h, err = lc.Holder(ctx, name)
+		return err
+	})
+	if err != nil || h.Kind != "lock" {
+		// No holder, or a read that failed: Create explains a failure.
+		return
+	}
+	diags.AddAttributeError(path.Root("name"), "Name is a lock", fmt.Sprintf("%q is a lock in table %s of %s, held now by "+
+		"%q with token %d, so it cannot be declared a semaphore: locks and semaphores share the names of a table. Choose "+
+		"another name for the semaphore.", name, table, db, h.HolderID, h.Token))
 }
 
 func alreadyDeclared(db, table string, s lease.Semaphore) string {
@@ -266,7 +324,7 @@ func (r *semaphoreResource) Create(ctx context.Context, req resource.CreateReque
 		case !errors.Is(err, lease.ErrUnknownSemaphore):
 			return err
 		}
-		return lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
+		return lc.SetPermits(ctx, name, plan.permits())
 	})
 	switch {
 	case declared:
@@ -297,12 +355,16 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		// the next plan declares it again.
 		resp.State.RemoveResource(ctx)
 		return
+	case err != nil && r.unreadable(ctx, db, table, name, err, state.Permits.IsNull(), &resp.Diagnostics):
+		// Kept as it was, so that the table's plan can repair its table;
+		// an import (no permits known yet) fails instead.
+		return
 	case err != nil:
 		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
 		return
 	}
 	// From Spanner, so a limit changed behind Terraform's back shows as a diff.
-	state.Permits = types.Int64Value(s.Permits)
+	state.Permits = types.NumberValue(new(big.Float).SetInt64(s.Permits))
 	state.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
@@ -318,7 +380,7 @@ func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateReque
 		// In place: holders keep their permits and tokens whichever way the
 		// limit moves. A table renamed only in letter case is the same
 		// table, and this writes the same limit to the same row.
-		return lc.SetPermits(ctx, name, plan.Permits.ValueInt64())
+		return lc.SetPermits(ctx, name, plan.permits())
 	})
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("permits"), "Cannot change semaphore limit", semaphoreFailure(table, name, err))

@@ -315,6 +315,9 @@ func testAccSemaphoreImportExisting(t *testing.T, d locktable.Dialect) {
 		t.Fatal(err)
 	}
 	holdLease(t, sc, "a-lock", "worker-1")
+	if err := holdLease(t, sc, "old-lock", "worker-1").Release(emulator.Context(t)); err != nil {
+		t.Fatal(err)
+	}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -326,7 +329,8 @@ func testAccSemaphoreImportExisting(t *testing.T, d locktable.Dialect) {
 				ExpectError: diagnostic("Semaphore already declared", `"jobs" is already declared`, "with 4 permit(s)", "terraform import"),
 			},
 			{
-				// Locks and semaphores share the table's names.
+				// Locks and semaphores share the table's names: a held lock
+				// is refused at plan.
 				Config: prov + `
 resource "spannerlock_semaphore" "lock" {
   table   = "locks"
@@ -334,7 +338,20 @@ resource "spannerlock_semaphore" "lock" {
   permits = 1
 }
 `,
-				ExpectError: diagnostic("Cannot declare semaphore", `"a-lock" is a lock, not a semaphore`),
+				PlanOnly:    true,
+				ExpectError: diagnostic("Name is a lock", `"a-lock" is a lock in table locks`, `held now by "worker-1"`),
+			},
+			{
+				// One nobody holds is seen only by apply: lease reads
+				// holders, not the kind of a name.
+				Config: prov + `
+resource "spannerlock_semaphore" "lock" {
+  table   = "locks"
+  name    = "old-lock"
+  permits = 1
+}
+`,
+				ExpectError: diagnostic("Cannot declare semaphore", `"old-lock" is a lock, not a semaphore`),
 			},
 			{
 				Config:        semaphoreConfig(prov, 4),
@@ -386,12 +403,12 @@ resource "spannerlock_semaphore" "lock" {
 func TestAccSemaphore_planTimeErrors(t *testing.T) {
 	_, prov := accDatabase(t)
 	noDatabase := requiredProviders + fmt.Sprintf("provider \"spannerlock\" {\n  emulator_host = %q\n}\n", emulator.Shared(t).Host())
-	semaphore := func(provider, table, name string, permits int) string {
+	semaphore := func(provider, table, name string, permits any) string {
 		return provider + fmt.Sprintf(`
 resource "spannerlock_semaphore" "s" {
   table   = %q
   name    = %q
-  permits = %d
+  permits = %v
 }
 `, table, name, permits)
 	}
@@ -402,12 +419,19 @@ resource "spannerlock_semaphore" "s" {
 			{
 				Config:      semaphore(prov, "locks", "jobs", 0),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Attribute permits value must be at least 1, got: 0"),
+				ExpectError: diagnostic("Invalid number", "Must be a whole number, at least 1, not 0."),
+			},
+			{
+				// Not the framework's conversion error, "always an error in
+				// the provider".
+				Config:      semaphore(prov, "locks", "jobs", 2.5),
+				PlanOnly:    true,
+				ExpectError: diagnostic("Invalid number", "Must be a whole number, at least 1, not 2.5."),
 			},
 			{
 				Config:      semaphore(prov, "2locks", "jobs", 1),
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter (A-Z or a-z: ASCII only), not '2'`),
 			},
 			{
 				Config:      semaphore(prov, "locks", "", 1),
@@ -427,7 +451,7 @@ data "spannerlock_semaphore" "s" {
 }
 `,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "only letters, digits and underscores"),
+				ExpectError: diagnostic("Invalid table name", "only ASCII letters, digits and underscores, not '-'"),
 			},
 		},
 	})
@@ -574,4 +598,105 @@ func testAccSemaphoreMissingTableWarnsAtPlan(t *testing.T, d locktable.Dialect) 
 
 	tf.write(tableConfig(prov, unprotected) + strings.Replace(semaphoreConfig("", 2), `table   = "locks"`, `table   = spannerlock_table.locks.name`, 1))
 	tf.run(ctx, "plan", "-json").ok(t).lacks(t, "Table locks does not exist")
+}
+
+// Drift that keeps semaphores from being read (locks_permits dropped by
+// hand) must not fail the plan that repairs it: the table plans the
+// repair, the semaphore keeps its state, and after the apply both work.
+func TestAccSemaphore_tableDriftIsRepaired(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccSemaphoreTableDriftIsRepaired)
+}
+
+func testAccSemaphoreTableDriftIsRepaired(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.write(tableConfig(prov, disposable) + strings.Replace(semaphoreConfig("", 2), `table   = "locks"`, `table   = spannerlock_table.locks.name`, 1))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	if err := emulator.Shared(t).UpdateDDL(ctx, db, "DROP TABLE "+d.QuotePermitsTable("locks")); err != nil {
+		t.Fatal(err)
+	}
+
+	plan := tf.run(ctx, "plan", "-json").ok(t)
+	plan.plans(t, map[string]string{tableAddress: "update", semaphoreAddress: ""})
+	plan.has(t, "warning", "Table locks has drifted", `Semaphore "jobs" in table locks cannot be read`)
+	plan.has(t, "warning", "Table locks will be changed in place", "table locks_permits does not exist")
+	if ddl := stringList(tf.plannedValues(ctx, tableAddress)["planned_ddl"]); len(ddl) != 1 || !strings.HasPrefix(ddl[0], "CREATE TABLE "+d.QuotePermitsTable("locks")) {
+		t.Errorf("planned_ddl %q; want the CREATE TABLE of %s", ddl, d.QuotePermitsTable("locks"))
+	}
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+
+	if err := checkSemaphore(t, sc, declared(2, 0))(nil); err != nil {
+		t.Fatalf("after the repair: %v", err)
+	}
+	permit, err := appClient(t, sc, "worker").TryAcquirePermit(ctx, "jobs")
+	if err != nil {
+		t.Fatalf("taking a permit after the repair: %v", err)
+	}
+	if err := permit.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+}
+
+// A semaphore under the name of a held lock fails at plan, not at apply:
+// locks and semaphores share a table's names.
+func TestAccSemaphore_lockName(t *testing.T) {
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+		sc := emulator.Client(t, db)
+		tf := newTerraformCLI(t)
+		ctx := cliContext(t)
+		holdLease(t, sc, "jobs", "worker-1")
+		tf.write(semaphoreConfig(prov, 2))
+		tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Name is a lock",
+			`"jobs" is a lock in table locks of `+db+`, held now by "worker-1" with token 1`)
+	})
+}
+
+// Importing a semaphore from a table that needs a migration first (an
+// older schema version, after an upgrade) fails with what to do, rather than
+// crashing the provider on a semaphore it could not read; once the table is
+// applied, the import goes through.
+func TestAccSemaphore_importFromTableBeingMigrated(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccSemaphoreImportFromTableBeingMigrated)
+}
+
+func testAccSemaphoreImportFromTableBeingMigrated(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDLAt("locks", locktable.Latest-1)...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	// Declared by an older release (this one's lease needs the migration
+	// to write it).
+	if _, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Insert("locks",
+		[]string{"name", "token", "kind", "permits"}, []any{"jobs", 1, "semaphore", 2})}); err != nil {
+		t.Fatal(err)
+	}
+	tf.write(prov + `
+import {
+  to = spannerlock_table.locks
+  id = "locks"
+}
+
+import {
+  to = spannerlock_semaphore.jobs
+  id = "locks/semaphores/jobs"
+}
+
+resource "spannerlock_table" "locks" {
+  name                = "locks"
+  deletion_protection = false
+}
+` + strings.Replace(semaphoreConfig("", 2), `table   = "locks"`, `table   = spannerlock_table.locks.name`, 1))
+
+	tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Cannot import semaphore",
+		`Semaphore "jobs" in table locks cannot be read`, "Apply the spannerlock_table resource for table locks first")
+	tf.run(ctx, "apply", "-auto-approve", "-target="+tableAddress, "-json").ok(t)
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+	if err := checkSemaphore(t, sc, declared(2, 0))(nil); err != nil {
+		t.Fatalf("after the import: %v", err)
+	}
 }

@@ -31,9 +31,10 @@ import (
 )
 
 var (
-	_ resource.ResourceWithConfigure   = (*tableResource)(nil)
-	_ resource.ResourceWithModifyPlan  = (*tableResource)(nil)
-	_ resource.ResourceWithImportState = (*tableResource)(nil)
+	_ resource.ResourceWithConfigure      = (*tableResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*tableResource)(nil)
+	_ resource.ResourceWithImportState    = (*tableResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*tableResource)(nil)
 )
 
 // defaultTimeout matches google_spanner_database's: schema changes on a
@@ -58,6 +59,9 @@ type tableModel struct {
 	CleanupAfter       types.String   `tfsdk:"cleanup_after"`
 	SchemaVersion      types.Int64    `tfsdk:"schema_version"`
 	PendingDDL         types.List     `tfsdk:"pending_ddl"`
+	PlannedDDL         types.List     `tfsdk:"planned_ddl"`
+	Drifted            types.Bool     `tfsdk:"drifted"`
+	Drift              types.List     `tfsdk:"drift"`
 	Timeouts           timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -78,8 +82,10 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"name": schema.StringAttribute{
 				Required: true,
-				MarkdownDescription: "Name of the table: a letter, then letters, digits and underscores, at most " +
-					fmt.Sprint(locktable.MaxTableNameLength) + " characters. Pass the same name to `lease.NewClient`. " +
+				MarkdownDescription: "Name of the table: an ASCII letter, then ASCII letters, digits and underscores, at most " +
+					fmt.Sprint(locktable.MaxTableNameLength) + " characters; in a PostgreSQL-dialect database at most " +
+					fmt.Sprint(locktable.MaxPostgreSQLTableNameLength) + " (PostgreSQL keeps 63 characters of a name, and " +
+					"`<name>_sessions` must fit) and not starting with `pg_`, which the plan checks. Pass the same name to `lease.NewClient`. " +
 					"Changing it replaces the table; names differing only in letter case are the same table to Spanner. " +
 					"In a PostgreSQL-dialect database the DDL quotes the name, so it keeps its letter case: SQL names a " +
 					"table `Locks` as `\"Locks\"`.",
@@ -122,9 +128,29 @@ func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 					"every version. After apply it is the latest version, " + fmt.Sprint(locktable.Latest) + ".",
 			},
 			"pending_ddl": schema.ListAttribute{
-				Computed:            true,
-				ElementType:         types.StringType,
-				MarkdownDescription: "DDL statements the next apply will run; empty when the table is current.",
+				Computed:    true,
+				ElementType: types.StringType,
+				MarkdownDescription: "DDL statements the table needs to be at the latest version with this configuration, as " +
+					"Terraform last read it; empty when the table is current.",
+			},
+			"planned_ddl": schema.ListAttribute{
+				Computed:    true,
+				ElementType: types.StringType,
+				MarkdownDescription: "DDL statements the apply of this plan runs, in order: the creation of a new table, or " +
+					"the migration or repair of an existing one. The plan lists them; after the apply they are in the state, " +
+					"and the next refresh empties the list.",
+			},
+			"drifted": schema.BoolAttribute{
+				Computed: true,
+				MarkdownDescription: "Whether the live table differs from spannerlock's schema in a way that no additive " +
+					"statement repairs, so that Terraform can neither migrate nor repair it (see `drift`). Plans only warn " +
+					"about it; a `check` block or a `postcondition` can assert `!drifted`.",
+			},
+			"drift": schema.ListAttribute{
+				Computed:    true,
+				ElementType: types.StringType,
+				MarkdownDescription: "The differences that make `drifted` true, each with what to do about it; empty when " +
+					"there are none.",
 			},
 		},
 		Blocks: map[string]schema.Block{
@@ -154,6 +180,26 @@ func timeoutsBlock(ctx context.Context) schema.Block {
 	return b
 }
 
+// ValidateConfig refuses a timeout that is not positive: it would end the
+// operation before it starts.
+func (r *tableResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var t timeouts.Value
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("timeouts"), &t)...)
+	if resp.Diagnostics.HasError() || t.IsNull() || t.IsUnknown() {
+		return
+	}
+	for op, v := range t.Attributes() {
+		s, ok := v.(types.String)
+		if !ok || s.IsNull() || s.IsUnknown() {
+			continue
+		}
+		if d, err := time.ParseDuration(s.ValueString()); err == nil && d <= 0 {
+			resp.Diagnostics.AddAttributeError(path.Root("timeouts").AtName(op), "Invalid timeout",
+				fmt.Sprintf("Timeout %q must be positive, like \"30m\": the %s would end before it starts.", s.ValueString(), op))
+		}
+	}
+}
+
 func (r *tableResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	if data := configured(req.ProviderData, &resp.Diagnostics); data != nil {
 		r.data = data
@@ -161,15 +207,21 @@ func (r *tableResource) Configure(_ context.Context, req resource.ConfigureReque
 }
 
 // ModifyPlan shows what apply will do to the live table: the statements of
-// a creation, an in-place migration or repair, or why there can be none. It
-// runs on every plan, so drift found by Read becomes an update here; and on
-// destroy plans, so that a destroy that would be refused is refused before
-// anything else in the configuration is destroyed.
+// a creation, an in-place migration or repair (planned_ddl), or why there
+// can be none. It runs on every plan, so drift found by Read becomes an
+// update here; and on destroy plans, so that a destroy that would be refused
+// is refused before anything else in the configuration is destroyed.
 //
 // Errors here stop every plan of the configuration, the one `terraform
 // destroy` runs first included, so findings about the live table that
 // Terraform cannot fix are warnings: the operator must always be able to
 // change the Terraform-only settings, destroy the table, or replace it.
+// What apply would refuse (a protected table, live leases) is an error.
+//
+// Terraform plans a replacement in two calls: the first, with the prior
+// state, decides it; the second plans the new table as a creation, with the
+// first call's private data. The second is told apart by privateReplacing
+// and says nothing the first has said.
 func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	var state *tableModel
 	if !req.State.Raw.IsNull() {
@@ -188,6 +240,9 @@ func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	replacing, diags := req.Private.GetKey(ctx, privateReplacing)
+	resp.Diagnostics.Append(diags...)
+	secondCall := state == nil && replacing != nil
 
 	db, dbKnown, ok := r.data.defaultDatabase(config.Database, &resp.Diagnostics)
 	if !ok {
@@ -200,18 +255,30 @@ func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 			plan.ID = types.StringValue(tableID(db, plan.Name.ValueString()))
 		}
 	}
+	if dbKnown && !plan.Name.IsUnknown() && !secondCall && r.data != nil && !r.data.planned.manage(db, plan.Name.ValueString()) {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Table managed twice", fmt.Sprintf("Another "+
+			"spannerlock_table of this configuration manages table %s in %s too (Spanner compares table names regardless "+
+			"of letter case). Each table needs exactly one resource: remove one of them, or give it another name.",
+			plan.Name.ValueString(), db))
+		return
+	}
 
 	// database is Optional+Computed, so its replacement is decided here,
 	// where the provider's default is known, not by an attribute modifier
 	// that would see an unknown value and replace on every change.
-	replace := state == nil
+	var why replacement
 	if state != nil {
-		if !plan.Database.Equal(state.Database) {
+		switch {
+		case plan.Database.IsUnknown():
+			why = databaseUnknown
+		case !plan.Database.Equal(state.Database):
+			why = databaseChanged
+		}
+		if why != noReplacement {
 			resp.RequiresReplace.Append(path.Root("database"))
-			replace = true
 		}
 		if !plan.Name.Equal(state.Name) {
-			replace = true // the attribute's own modifier requests it
+			why = nameChanged // the attribute's own modifier requests it
 			if strings.EqualFold(plan.Name.ValueString(), state.Name.ValueString()) {
 				// The new table would be the old one: Spanner resolves names
 				// regardless of case, so create-before-destroy collides and
@@ -225,29 +292,43 @@ func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	}
 
 	switch {
-	case replace:
-		if state != nil && protected(*state) {
-			resp.Diagnostics.AddAttributeError(path.Root("deletion_protection"), "Replacement blocked by deletion_protection",
-				fmt.Sprintf("Changing name or database replaces table %s, which drops it and every lease and token in it, "+
-					"and deletion_protection is true. To replace it, first set deletion_protection = false and apply; to keep it, "+
-					"revert the change.", state.ID.ValueString()))
-			return
+	case state == nil || why != noReplacement:
+		if state != nil {
+			if protected(*state) {
+				resp.Diagnostics.AddAttributeError(path.Root("deletion_protection"), "Replacement blocked by deletion_protection",
+					fmt.Sprintf("%s, which drops it and every lease and token in it, and deletion_protection is true. To replace "+
+						"it, first set deletion_protection = false and apply; to keep it, %s.", why.describe(*state), why.keep()))
+				return
+			}
+			r.planDrop(ctx, *state, why.describe(*state)+", which drops it", &resp.Diagnostics)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+			warnReplacement(*state, plan, why, &resp.Diagnostics)
+			resp.Diagnostics.Append(resp.Private.SetKey(ctx, privateReplacing, []byte(`true`))...)
 		}
 		plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
-		plan.PendingDDL = types.ListUnknown(types.StringType)
-		if state != nil {
-			warnReplacement(*state, plan, &resp.Diagnostics)
-		}
+		plan.PendingDDL = ddlList(nil)
+		plan.PlannedDDL = types.ListUnknown(types.StringType)
+		plan.Drifted, plan.Drift = types.BoolValue(false), ddlList(nil)
 		if dbKnown && !plan.Name.IsUnknown() {
-			r.planCreate(ctx, db, plan.Name.ValueString(), plan.CleanupAfter, &resp.Diagnostics)
+			var checks diag.Diagnostics
+			if stmts, ok := r.planCreate(ctx, db, plan.Name.ValueString(), plan.CleanupAfter, &checks); ok {
+				plan.PlannedDDL = ddlList(stmts)
+			}
+			if !secondCall {
+				resp.Diagnostics.Append(checks...)
+			}
 		}
 	case !dbKnown || plan.CleanupAfter.IsUnknown() || !r.data.canRead():
 		// The statements depend on values known only at apply, and apply
 		// brings the table to the latest version or fails.
 		plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
 		plan.PendingDDL = types.ListUnknown(types.StringType)
+		plan.PlannedDDL = types.ListUnknown(types.StringType)
+		plan.Drifted, plan.Drift = types.BoolUnknown(), types.ListUnknown(types.StringType)
 	default:
-		r.planChanges(ctx, db, &plan, &resp.Diagnostics)
+		r.planChanges(ctx, db, &plan, state.PlannedDDL, &resp.Diagnostics)
 	}
 	if resp.Diagnostics.HasError() {
 		return
@@ -255,92 +336,195 @@ func (r *tableResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
 }
 
+// privateReplacing marks, in the private data of the first call that plans
+// a replacement, that the second call plans the same resource.
+const privateReplacing = "replacing"
+
+// replacement is why a table is replaced.
+type replacement int
+
+const (
+	noReplacement replacement = iota
+	nameChanged
+	databaseChanged
+	// databaseUnknown: the database is known only at apply, so Terraform
+	// must plan for it to change.
+	databaseUnknown
+)
+
+// describe says what replaces the table of state, as the start of a sentence.
+func (w replacement) describe(state tableModel) string {
+	switch w {
+	case databaseUnknown:
+		return fmt.Sprintf("The database of table %s is known only at apply (it, or the provider's database, comes from "+
+			"a resource that this plan changes), so Terraform must plan to replace the table in case it is another "+
+			"database", state.ID.ValueString())
+	case databaseChanged:
+		return fmt.Sprintf("Changing database replaces table %s", state.ID.ValueString())
+	}
+	return fmt.Sprintf("Changing name replaces table %s", state.ID.ValueString())
+}
+
+// keep says how to keep the table instead.
+func (w replacement) keep() string {
+	if w == databaseUnknown {
+		return "set database to a value known at plan time, or apply the change the database depends on first " +
+			"(terraform apply -target)"
+	}
+	return "revert the change"
+}
+
 // planDestroy refuses, at plan time, a destroy that Delete would refuse, so
-// that nothing else is destroyed first (semaphores in the table, say), and
-// names the holders of live leases that would make Delete refuse without
-// force_destroy.
+// that nothing else is destroyed first (semaphores in the table, say).
 func (r *tableResource) planDestroy(ctx context.Context, state tableModel, diags *diag.Diagnostics) {
 	if protected(state) {
 		diags.AddAttributeError(path.Root("deletion_protection"), "Table is protected by deletion_protection", protectedDetail(state))
 		return
 	}
-	if state.ForceDestroy.ValueBool() || !r.data.canRead() {
+	r.planDrop(ctx, state, fmt.Sprintf("Destroying table %s drops it", state.ID.ValueString()), diags)
+}
+
+// planDrop says at plan time what Delete will do about the live leases of
+// the table of state, which a destroy or a replacement drops (why says
+// which): without force_destroy it refuses to drop a table with live
+// leases, so the plan does, before anything else is destroyed (the
+// semaphores in the table, say); with it, the plan names the leases that
+// apply will drop.
+func (r *tableResource) planDrop(ctx context.Context, state tableModel, why string, diags *diag.Diagnostics) {
+	if !r.data.canRead() {
 		return
 	}
+	force := state.ForceDestroy.ValueBool()
 	db, table := state.Database.ValueString(), state.Name.ValueString()
 	holders, err := r.liveLeases(ctx, db, table)
 	switch {
-	case err != nil && !databaseGone(err):
-		diags.AddError("Cannot check table for live leases", fmt.Sprintf("Destroying table %s checks it for live leases "+
-			"first, and reading them failed: %v\n\nSet force_destroy = true and apply to drop it without the check.", table, err))
-	case len(holders) > 0:
-		diags.AddAttributeWarning(path.Root("force_destroy"), "Table has live leases",
-			describeHolders(fmt.Sprintf("Table %s has %d live lease(s), so applications are relying on it, and apply will "+
-				"refuse to drop it while any is live:", table, len(holders)), holders))
+	case err != nil && (databaseGone(err) || force):
+		// Nothing to drop, or nothing to check (Delete does not check).
+	case err != nil:
+		diags.AddError("Cannot check table for live leases", fmt.Sprintf("%s, and it is checked for live leases "+
+			"first; reading them failed: %v\n\nSet force_destroy = true and apply to drop it without the check.", why, err))
+	case len(holders) == 0:
+	case !force:
+		diags.AddAttributeError(path.Root("force_destroy"), "Table has live leases", describeHolders(
+			fmt.Sprintf("%s, and %d lease(s) in it are live, so applications are relying on it; apply would refuse to drop "+
+				"it. Nothing was destroyed:", why, len(holders)), holders,
+			"Wait for them to be released or to expire, or set force_destroy = true and apply to drop the table anyway."))
+	default:
+		diags.AddAttributeWarning(path.Root("force_destroy"), "Table will be dropped with live leases", describeHolders(
+			fmt.Sprintf("%s, and force_destroy is true: apply drops it with the %d live lease(s) in it, whose holders "+
+				"lose them:", why, len(holders)), holders,
+			"Their applications fail to renew, and to acquire until the table exists again."))
 	}
 }
 
 // warnReplacement tells the reviewer what a replacement costs applications:
 // the new table is a new token sequence.
-func warnReplacement(state, plan tableModel, diags *diag.Diagnostics) {
-	from, to := state.ID.ValueString(), plan.ID.ValueString()
+func warnReplacement(state, plan tableModel, why replacement, diags *diag.Diagnostics) {
+	to := plan.ID.ValueString()
 	if plan.ID.IsUnknown() {
 		to = "a new table"
 	}
 	diags.AddAttributeWarning(path.Root("name"), fmt.Sprintf("Table %s will be replaced", state.Name.ValueString()),
-		fmt.Sprintf("Changing name or database replaces %s with %s: apply drops the old table, with every lease, "+
+		fmt.Sprintf("%s with %s: apply drops the old table, with every lease, "+
 			"semaphore declaration and fencing token in it, and creates the new one empty, where every name's tokens "+
 			"start again (at 1, or at the commit clock with cleanup_after). A system that remembers the largest token it "+
 			"has seen rejects the new holders until they pass it. Point the applications at the new table, and use "+
-			"new names or reset what remembers tokens.", from, to))
+			"new names or reset what remembers tokens.", why.describe(state), to))
 }
 
-// plannedTables are the lock tables a plan creates, by database, so that a
-// table can be checked against the others planned with it, and a semaphore
-// can tell a table that is missing from one this plan creates.
+// plannedTables are the lock tables of a plan, by database: those its
+// spannerlock_table resources manage, so that two resources never manage
+// one table; those it creates, so that a table can be checked against the
+// others created with it, and a semaphore or a lease can tell a table that
+// is missing from one this plan creates; and those it migrates or repairs,
+// so that a lease can tell a table it cannot use yet from one it never
+// will. Names compare regardless of letter case, as Spanner compares them.
 type plannedTables struct {
-	mu   sync.Mutex
-	byDB map[string][]string
+	mu      sync.Mutex
+	created map[string][]string
+	managed map[string][]string
+	changed map[string][]string
 }
 
-// add records table in db and returns the tables recorded before it.
+// manage records that a resource of the plan manages table in db, and
+// reports false when another one does already.
+func (p *plannedTables) manage(db, table string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.managed == nil {
+		p.managed = map[string][]string{}
+	}
+	if containsFold(p.managed[db], table) {
+		return false
+	}
+	p.managed[db] = append(p.managed[db], table)
+	return true
+}
+
+// add records that the plan creates table in db and returns the tables
+// recorded before it.
 func (p *plannedTables) add(db, table string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.byDB == nil {
-		p.byDB = map[string][]string{}
+	if p.created == nil {
+		p.created = map[string][]string{}
 	}
-	before := slices.Clone(p.byDB[db])
-	if !slices.ContainsFunc(before, func(t string) bool { return strings.EqualFold(t, table) }) {
-		p.byDB[db] = append(p.byDB[db], table)
+	before := slices.Clone(p.created[db])
+	if !containsFold(before, table) {
+		p.created[db] = append(p.created[db], table)
 	}
 	return before
 }
 
-// has reports whether table in db is recorded.
+// has reports whether the plan creates table in db.
 func (p *plannedTables) has(db, table string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.ContainsFunc(p.byDB[db], func(t string) bool { return strings.EqualFold(t, table) })
+	return containsFold(p.created[db], table)
+}
+
+// change records that the plan runs statements on table in db, which exists.
+func (p *plannedTables) change(db, table string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = map[string][]string{}
+	}
+	if !containsFold(p.changed[db], table) {
+		p.changed[db] = append(p.changed[db], table)
+	}
+}
+
+// changes reports whether the plan creates table in db, or runs statements
+// on it.
+func (p *plannedTables) changes(db, table string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return containsFold(p.created[db], table) || containsFold(p.changed[db], table)
+}
+
+func containsFold(names []string, name string) bool {
+	return slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, name) })
 }
 
 // planCreate checks, before apply, what would make the creation of table
 // fail or break other tables: a table by that name, a name that collides
-// with another lock table's companion tables. It shows the statements apply
-// will run, in the database's dialect.
-func (r *tableResource) planCreate(ctx context.Context, db, table string, cleanup types.String, diags *diag.Diagnostics) {
+// with another lock table's companion tables, a name the database's dialect
+// cannot hold. It returns the statements apply will run, in the database's
+// dialect, when they can be known now (ok).
+func (r *tableResource) planCreate(ctx context.Context, db, table string, cleanup types.String, diags *diag.Diagnostics) (stmts []string, ok bool) {
 	if r.data == nil {
-		return
+		return nil, false
 	}
 	for _, other := range r.data.planned.add(db, table) {
 		if why := locktable.Conflict(table, other); why != "" {
 			diags.AddAttributeError(path.Root("name"), "Table name collides with another lock table", nameCollision(table, why,
 				fmt.Sprintf("This configuration creates both %s and %s in %s.", table, other, db)))
-			return
+			return nil, false
 		}
 	}
 	if !r.data.canRead() {
-		return
+		return nil, false
 	}
 	var existing []string
 	var dialect locktable.Dialect
@@ -354,32 +538,37 @@ func (r *tableResource) planCreate(ctx context.Context, db, table string, cleanu
 	case databaseGone(err):
 		// The database is created by this same apply, or the apply fails
 		// saying it does not exist; Create checks again either way.
-		return
+		return nil, false
 	case err != nil:
 		diags.AddError("Cannot read database", err.Error())
-		return
+		return nil, false
+	}
+	if err := dialect.ValidateTableName(table); err != nil {
+		diags.AddAttributeError(path.Root("name"), "Invalid table name", capitalize(err.Error())+".")
+		return nil, false
 	}
 	// A table named like another's companion is refused even when it
 	// exists (it is that companion, not a lock table to import); an
 	// existing table's companions are its own.
-	exists := slices.ContainsFunc(existing, func(e string) bool { return strings.EqualFold(e, table) })
+	exists := containsFold(existing, table)
 	for _, e := range existing {
 		why := locktable.Conflict(table, e)
-		ours := slices.ContainsFunc(locktable.Companions(table), func(c string) bool { return strings.EqualFold(c, e) })
+		ours := containsFold(locktable.Companions(table), e)
 		if why != "" && (!exists || !ours) {
 			diags.AddAttributeError(path.Root("name"), "Table name collides with another lock table",
 				nameCollision(table, why, fmt.Sprintf("Table %s exists in %s.", e, db)))
-			return
+			return nil, false
 		}
 	}
 	if exists {
 		diags.AddAttributeError(path.Root("name"), "Table already exists", alreadyExists(db, table))
-		return
+		return nil, false
 	}
-	if opts, err := cleanupOptions(cleanup); err == nil && !cleanup.IsUnknown() {
-		diags.AddAttributeWarning(path.Root("pending_ddl"), fmt.Sprintf("Table %s will be created", table),
-			fmt.Sprintf("Apply will run these statements in %s:\n\n  %s", db, strings.Join(dialect.CreateDDL(table, opts), ";\n  ")))
+	opts, err := cleanupOptions(cleanup)
+	if err != nil || cleanup.IsUnknown() {
+		return nil, false
 	}
+	return dialect.CreateDDL(table, opts), true
 }
 
 func nameCollision(table, why, where string) string {
@@ -388,9 +577,12 @@ func nameCollision(table, why, where string) string {
 		table, why, where, locktable.PermitsTable("T"), locktable.SessionsTable("T"))
 }
 
-// planChanges sets the planned schema_version and pending_ddl of an existing
-// table from its live schema.
-func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableModel, diags *diag.Diagnostics) {
+// planChanges sets the planned schema_version, pending_ddl, planned_ddl
+// and drift of an existing table from its live schema. When apply runs no
+// statement, planned_ddl stays as it was (prior): empty after a refresh, and
+// what the last apply ran in a plan without one (-refresh=false), which must
+// not show a change either.
+func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableModel, prior types.List, diags *diag.Diagnostics) {
 	table := plan.Name.ValueString()
 	ins, err := r.data.inspect(ctx, db, table)
 	if err != nil {
@@ -402,6 +594,8 @@ func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableM
 		diags.AddAttributeError(path.Root("cleanup_after"), "Invalid cleanup period", err.Error())
 		return
 	}
+	plan.Drift = ddlList(drift(ins, opts))
+	plan.Drifted = types.BoolValue(len(plan.Drift.Elements()) > 0)
 	stmts, err := ins.Plan(opts)
 	if err != nil {
 		// Only the update that would run a migration fails (in Update);
@@ -409,32 +603,48 @@ func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableM
 		migrate := opts.CleanupAfter != ins.CleanupAfter
 		diags.AddAttributeWarning(path.Root("name"), fmt.Sprintf("Table %s cannot be migrated in place", table), unmigratable(err, migrate))
 		plan.SchemaVersion = types.Int64Value(int64(ins.Version))
-		plan.PendingDDL = ddlList(nil)
+		plan.PendingDDL, plan.PlannedDDL = ddlList(nil), prior
 		if migrate {
 			plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
-			plan.PendingDDL = types.ListUnknown(types.StringType)
+			plan.PendingDDL, plan.PlannedDDL = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
 		}
 		return
 	}
 	if len(stmts) == 0 {
 		plan.SchemaVersion = types.Int64Value(int64(ins.Version))
-		plan.PendingDDL = ddlList(nil)
+		plan.PendingDDL, plan.PlannedDDL = ddlList(nil), prior
 		return
 	}
 	plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
-	// Unknown rather than empty: the prior value, the statements Read found
-	// pending, stays visible in the plan as what this apply runs.
+	plan.PlannedDDL = ddlList(stmts)
+	r.data.planned.change(db, table)
+	// Unknown rather than empty: what a refresh after the apply finds.
 	plan.PendingDDL = types.ListUnknown(types.StringType)
 
-	diags.AddAttributeWarning(path.Root("pending_ddl"), fmt.Sprintf("Table %s will be changed in place", table), describeChanges(ins, opts, stmts))
+	diags.AddAttributeWarning(path.Root("planned_ddl"), fmt.Sprintf("Table %s will be changed in place", table), describeChanges(ins, opts))
+}
+
+// drift lists the differences of a live table from the latest schema
+// version, with options o, that no additive statement repairs.
+func drift(ins locktable.Inspection, o locktable.Options) []string {
+	var unrepairable []string
+	if !ins.Exists {
+		return nil
+	}
+	for _, d := range ins.Changes(o) {
+		if d.Fix == "" {
+			unrepairable = append(unrepairable, d.String())
+		}
+	}
+	return unrepairable
 }
 
 // describeChanges says what apply will run and what in the live table
 // calls for it, so a reviewer can tell a migration from a repair of drift.
-func describeChanges(ins locktable.Inspection, opts locktable.Options, stmts []string) string {
+func describeChanges(ins locktable.Inspection, opts locktable.Options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Apply will run these statements on table %s; none drops a column or a table, so its rows are kept:\n\n  %s\n",
-		ins.Table, strings.Join(stmts, ";\n  "))
+	fmt.Fprintf(&b, "Apply will run the statements in planned_ddl on table %s; none drops a column or a table, so its rows "+
+		"are kept.\n", ins.Table)
 	switch {
 	case !ins.Exists:
 		b.WriteString("\nThe table does not exist.\n")
@@ -483,7 +693,7 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, &operationTimeout{op: "create", timeout: timeout})
 	defer cancel()
 
 	db, table := plan.Database.ValueString(), plan.Name.ValueString()
@@ -501,6 +711,11 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 		resp.Diagnostics.AddAttributeError(path.Root("name"), "Table already exists", alreadyExists(db, table))
 		return
 	}
+	// The plan could not check it when the database did not exist yet.
+	if err := ins.Dialect.ValidateTableName(table); err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "Invalid table name", capitalize(err.Error())+".")
+		return
+	}
 	stmts, err := ins.Plan(opts)
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("name"), "Cannot create table", err.Error())
@@ -512,7 +727,7 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 				"and apply again to finish.", tableID(db, table))))
 		return
 	}
-	r.save(ctx, &plan, &resp.State, &resp.Diagnostics)
+	r.save(ctx, &plan, stmts, &resp.State, &resp.Diagnostics)
 }
 
 func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -532,7 +747,16 @@ func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		resp.State.RemoveResource(ctx)
 		return
 	}
+	// As Spanner spells it, which an import in another letter case does
+	// not: the configuration must then say the same, or every plan would
+	// find a change of name.
+	if live := ins.LiveName(); live != state.Name.ValueString() {
+		state.Name = types.StringValue(live)
+		state.ID = types.StringValue(tableID(state.Database.ValueString(), live))
+	}
 	state.refresh(ins)
+	// What the last apply ran is done.
+	state.PlannedDDL = ddlList(nil)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
@@ -547,7 +771,7 @@ func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, &operationTimeout{op: "update", timeout: timeout})
 	defer cancel()
 
 	db, table := plan.Database.ValueString(), plan.Name.ValueString()
@@ -574,12 +798,33 @@ func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		// changes only what lives in Terraform.
 		stmts = nil
 	}
+	if planned, known := listStrings(plan.PlannedDDL); known && !slices.Equal(planned, stmts) {
+		resp.Diagnostics.AddAttributeWarning(path.Root("planned_ddl"), fmt.Sprintf("Table %s changed since the plan", table),
+			fmt.Sprintf("The plan showed these statements:\n\n  %s\n\nbut the table changed since, and now needs these, "+
+				"which apply ran instead (each only adds to the table):\n\n  %s",
+				strings.Join(planned, ";\n  "), strings.Join(stmts, ";\n  ")))
+	}
 	if err := r.apply(ctx, db, ins, "migrate", stmts); err != nil {
 		resp.Diagnostics.AddError("Cannot update table", ddlFailure(ctx, err, "update",
 			"Statements before the failing one stay applied; the next plan shows what is still pending."))
 		return
 	}
-	r.save(ctx, &plan, &resp.State, &resp.Diagnostics)
+	r.save(ctx, &plan, stmts, &resp.State, &resp.Diagnostics)
+}
+
+// listStrings returns the elements of a list of strings, and whether the
+// list is known.
+func listStrings(l types.List) ([]string, bool) {
+	if l.IsUnknown() || l.IsNull() {
+		return nil, false
+	}
+	out := make([]string, 0, len(l.Elements()))
+	for _, e := range l.Elements() {
+		if v, ok := e.(types.String); ok {
+			out = append(out, v.ValueString())
+		}
+	}
+	return out, true
 }
 
 func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -599,7 +844,7 @@ func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, &operationTimeout{op: "delete", timeout: timeout})
 	defer cancel()
 
 	db, table := state.Database.ValueString(), state.Name.ValueString()
@@ -622,7 +867,8 @@ func (r *tableResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		case len(holders) > 0:
 			resp.Diagnostics.AddAttributeError(path.Root("force_destroy"), "Table has live leases",
 				describeHolders(fmt.Sprintf("Table %s was not dropped: %d lease(s) in it are live, so applications are relying on it:",
-					table, len(holders)), holders))
+					table, len(holders)), holders,
+					"Wait for them to be released or to expire, or set force_destroy = true and apply to drop the table anyway."))
 			return
 		}
 	}
@@ -652,8 +898,8 @@ func (r *tableResource) liveLeases(ctx context.Context, db, table string) ([]lea
 	return holders, err
 }
 
-// describeHolders lists up to five holders after lead, and what to do.
-func describeHolders(lead string, holders []lease.Holder) string {
+// describeHolders lists up to five holders after lead, then advice.
+func describeHolders(lead string, holders []lease.Holder, advice string) string {
 	var b strings.Builder
 	b.WriteString(lead + "\n")
 	for i, h := range holders {
@@ -663,7 +909,7 @@ func describeHolders(lead string, holders []lease.Holder) string {
 		}
 		fmt.Fprintf(&b, "  - %q held by %q with token %d until %s\n", h.Name, h.HolderID, h.Token, h.ExpiresAt.UTC().Format(time.RFC3339))
 	}
-	b.WriteString("\nWait for them to be released or to expire, or set force_destroy = true and apply to drop the table anyway.")
+	b.WriteString("\n" + advice)
 	return b.String()
 }
 
@@ -687,14 +933,17 @@ func (r *tableResource) ImportState(ctx context.Context, req resource.ImportStat
 		"deletion_protection": types.BoolValue(true),
 		"force_destroy":       types.BoolValue(false),
 		"pending_ddl":         ddlList(nil),
+		"planned_ddl":         ddlList(nil),
+		"drift":               ddlList(nil),
 	} {
 		resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root(name), v)...)
 	}
 }
 
-// save records the table as it is after a change: the planned settings and
-// what Spanner reports.
-func (r *tableResource) save(ctx context.Context, m *tableModel, state *tfsdk.State, diags *diag.Diagnostics) {
+// save records the table as it is after a change: the planned settings,
+// what Spanner reports, and the statements the change ran, when the plan
+// could not say which (planned_ddl is what the plan showed).
+func (r *tableResource) save(ctx context.Context, m *tableModel, ran []string, state *tfsdk.State, diags *diag.Diagnostics) {
 	ins, err := r.data.inspect(ctx, m.Database.ValueString(), m.Name.ValueString())
 	if err != nil {
 		diags.AddError("Cannot read table after the change", err.Error())
@@ -702,6 +951,9 @@ func (r *tableResource) save(ctx context.Context, m *tableModel, state *tfsdk.St
 	}
 	m.ID = types.StringValue(tableID(m.Database.ValueString(), m.Name.ValueString()))
 	m.refresh(ins)
+	if m.PlannedDDL.IsUnknown() {
+		m.PlannedDDL = ddlList(ran)
+	}
 	diags.Append(state.Set(ctx, m)...)
 }
 
@@ -719,6 +971,8 @@ func (m *tableModel) refresh(ins locktable.Inspection) {
 		stmts = nil
 	}
 	m.PendingDDL = ddlList(stmts)
+	m.Drift = ddlList(drift(ins, want))
+	m.Drifted = types.BoolValue(len(m.Drift.Elements()) > 0)
 	m.SchemaVersion = types.Int64Value(int64(ins.Version))
 	switch {
 	case ins.CleanupAfter == 0:

@@ -104,12 +104,15 @@ func testAccTableLifecycle(t *testing.T, d locktable.Dialect) {
 				ResourceName:      tableAddress,
 				ImportState:       true,
 				ImportStateVerify: true,
+				// What the creation ran; an import runs nothing.
+				ImportStateVerifyIgnore: []string{"planned_ddl"},
 			},
 			{
-				ResourceName:      tableAddress,
-				ImportState:       true,
-				ImportStateId:     "locks",
-				ImportStateVerify: true,
+				ResourceName:            tableAddress,
+				ImportState:             true,
+				ImportStateId:           "locks",
+				ImportStateVerify:       true,
+				ImportStateVerifyIgnore: []string{"planned_ddl"},
 			},
 			{
 				ResourceName:    tableAddress,
@@ -553,12 +556,18 @@ func TestAccTable_planTimeErrors(t *testing.T) {
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "2locks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter`),
+				ExpectError: diagnostic("Invalid table name", "\n"+`Table name "2locks" must start with a letter (A-Z or a-z: ASCII only), not '2'`),
+			},
+			{
+				// A letter, but not one Spanner takes in a name.
+				Config:      prov + `resource "spannerlock_table" "t" { name = "élocks" }`,
+				PlanOnly:    true,
+				ExpectError: diagnostic("Invalid table name", `Table name "élocks" must start with a letter (A-Z or a-z: ASCII only), not 'é'`),
 			},
 			{
 				Config:      prov + `resource "spannerlock_table" "t" { name = "my-locks" }`,
 				PlanOnly:    true,
-				ExpectError: diagnostic("Invalid table name", "only letters, digits and underscores"),
+				ExpectError: diagnostic("Invalid table name", "only ASCII letters, digits and underscores, not '-'"),
 			},
 			{
 				Config: prov + `resource "spannerlock_table" "t" {
@@ -645,7 +654,7 @@ func TestDescribeHoldersListsAtMostFive(t *testing.T) {
 	for i := range 7 {
 		holders = append(holders, lease.Holder{Name: fmt.Sprintf("n%d", i), HolderID: "h", Token: int64(i + 1)})
 	}
-	got := describeHolders("7 lease(s) are live:", holders)
+	got := describeHolders("7 lease(s) are live:", holders, "Set force_destroy = true.")
 	for _, want := range []string{"7 lease(s)", `"n4" held by "h" with token 5`, "and 2 more", "force_destroy = true"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("refusal %q does not mention %q", got, want)
@@ -766,19 +775,57 @@ resource "spannerlock_semaphore" "jobs" {
 	tf.write(prov)
 	tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Table is protected by deletion_protection")
 
+	// Protection off, a live lease, no force_destroy: apply would refuse
+	// to drop the table, so the plan does, before the semaphore in it is
+	// undeclared under the applications using it.
 	tf.write(tableConfig(prov, unprotected) + semaphore)
 	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
 	holdLease(t, sc, "deploy", "deployer")
-	tf.run(ctx, "plan", "-destroy", "-json").ok(t).has(t, "warning", "Table has live leases",
-		"Table locks has 1 live lease(s)", `"deploy" held by "deployer" with token 1`, "force_destroy = true")
+	tf.run(ctx, "destroy", "-auto-approve", "-json").failed(t).has(t, "error", "Table has live leases",
+		"Destroying table "+db+"/tables/locks drops it, and 1 lease(s) in it are live", "Nothing was destroyed",
+		`"deploy" held by "deployer" with token 1`, "force_destroy = true")
 	stillDeclared()
 
+	// With force_destroy, the plan names the leases apply drops.
 	tf.write(tableConfig(prov, unprotected+"  force_destroy = true\n") + semaphore)
 	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	tf.run(ctx, "plan", "-destroy", "-json").ok(t).has(t, "warning", "Table will be dropped with live leases",
+		"force_destroy is true: apply drops it with the 1 live lease(s) in it", `"deploy" held by "deployer" with token 1`)
 	tf.run(ctx, "destroy", "-auto-approve", "-json").ok(t)
 	if tableExists(t, sc, "locks") {
 		t.Fatal("table locks exists after terraform destroy with force_destroy")
 	}
+}
+
+// Changing name replaces the table, which drops it: with live leases and no
+// force_destroy, the plan refuses, as apply would; with force_destroy, it
+// names the leases it drops.
+func TestAccTable_replacementWithLiveLeases(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTableReplacementWithLiveLeases)
+}
+
+func testAccTableReplacementWithLiveLeases(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	renamed := func(attrs string) string {
+		return strings.Replace(tableConfig(prov, attrs), `name = "locks"`, `name = "locks_v2"`, 1)
+	}
+	tf.write(tableConfig(prov, unprotected))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	holdLease(t, sc, "deploy", "deployer")
+
+	tf.write(renamed(unprotected))
+	tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Table has live leases",
+		"Changing name replaces table "+db+"/tables/locks, which drops it", "1 lease(s) in it are live",
+		`"deploy" held by "deployer" with token 1`)
+
+	tf.write(tableConfig(prov, unprotected+"  force_destroy = true\n"))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	tf.write(renamed(unprotected + "  force_destroy = true\n"))
+	tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "Table will be dropped with live leases",
+		"Changing name replaces table "+db+"/tables/locks", `"deploy" held by "deployer" with token 1`)
 }
 
 // The plan shows what apply will run on a new table, and what replacing a
@@ -792,15 +839,26 @@ func testAccTablePlanExplainsCreationAndReplacement(t *testing.T, d locktable.Di
 	tf := newTerraformCLI(t)
 	ctx := cliContext(t)
 
+	// The statements are in the plan, once: no warning repeats them at
+	// apply, when Terraform plans the change again.
 	tf.write(tableConfig(prov, unprotected))
-	created := tf.run(ctx, "plan", "-json").ok(t)
-	ddl := d.DDL("locks")
-	created.has(t, "warning", "Table locks will be created", append([]string{"Apply will run these statements in " + db}, ddl...)...)
-	tf.run(ctx, "apply", "-auto-approve").ok(t)
+	planned := tf.plannedValues(ctx, tableAddress)
+	if got := strings.Join(stringList(planned["planned_ddl"]), ";\n"); got != strings.Join(d.DDL("locks"), ";\n") {
+		t.Errorf("planned_ddl of a new table is\n%s\nwant\n%s", got, strings.Join(d.DDL("locks"), ";\n"))
+	}
+	applied := tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	applied.lacks(t, "Table locks will be created")
+	tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+	// Nor without a refresh, when the state still holds what apply ran.
+	tf.run(ctx, "plan", "-refresh=false", "-detailed-exitcode", "-json").ok(t)
 
 	tf.write(strings.Replace(tableConfig(prov, unprotected), `name = "locks"`, `name = "locks_v2"`, 1))
-	tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "Table locks will be replaced",
-		db+"/tables/locks with "+db+"/tables/locks_v2", "every name's tokens start again")
+	replaced := tf.run(ctx, "plan", "-json").ok(t)
+	replaced.has(t, "warning", "Table locks will be replaced",
+		"Changing name replaces table "+db+"/tables/locks with "+db+"/tables/locks_v2", "every name's tokens start again")
+	if n := replaced.count("warning", "Table locks will be replaced"); n != 1 {
+		t.Errorf("the plan of the replacement warned %d times; want once", n)
+	}
 	tf.run(ctx, "destroy", "-auto-approve").ok(t)
 }
 
@@ -838,4 +896,159 @@ func testAccTableNameCollisions(t *testing.T, d locktable.Dialect) {
 			},
 		},
 	})
+}
+
+// A PostgreSQL-dialect database truncates names to 63 characters (the
+// sessions table adds 9 to the table's) and reserves pg_: both are refused
+// when the plan reads the database's dialect, before anything is created.
+// GoogleSQL takes both.
+func TestAccTable_postgreSQLNames(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTablePostgreSQLNames)
+}
+
+func testAccTablePostgreSQLNames(t *testing.T, d locktable.Dialect) {
+	_, prov := accDatabaseIn(t, d)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	long := strings.Repeat("a", locktable.MaxPostgreSQLTableNameLength+1)
+	for _, name := range []string{long, "pg_locks"} {
+		tf.write(cliTables(prov, unprotected, "t="+name))
+		r := tf.run(ctx, "plan", "-json")
+		if d == locktable.GoogleSQL {
+			r.ok(t).plans(t, map[string]string{"spannerlock_table.t": "create"})
+			continue
+		}
+		r.failed(t).has(t, "error", "Invalid table name", fmt.Sprintf("Table name %q", name), "PostgreSQL-dialect database")
+	}
+	if d == locktable.PostgreSQL {
+		// The longest name PostgreSQL holds works, companions included.
+		tf.write(cliTables(prov, unprotected, "t="+long[:locktable.MaxPostgreSQLTableNameLength]))
+		tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+		tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+	}
+}
+
+// An import in another letter case than Spanner's records Spanner's
+// spelling, so that the configuration that spells it so plans nothing.
+func TestAccTable_importInAnotherLetterCase(t *testing.T) {
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		_, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+		tf := newTerraformCLI(t)
+		ctx := cliContext(t)
+		tf.write(tableConfig(prov, ""))
+		tf.run(ctx, "import", tableAddress, "LOCKS").ok(t)
+		tf.run(ctx, "plan", "-detailed-exitcode", "-json").ok(t)
+	})
+}
+
+// Two spannerlock_table resources for one table (Spanner compares names
+// regardless of case) fail at plan, before either is created.
+func TestAccTable_managedTwice(t *testing.T) {
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		db, prov := accDatabaseIn(t, d)
+		tf := newTerraformCLI(t)
+		ctx := cliContext(t)
+		for _, names := range [][]string{{"a=locks", "b=locks"}, {"a=locks", "b=LOCKS"}} {
+			tf.write(cliTables(prov, unprotected, names...))
+			tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Table managed twice",
+				"Another spannerlock_table of this configuration manages table", "in "+db)
+		}
+	})
+}
+
+// A database that only apply knows (it comes from a resource this plan
+// replaces) is said to be that, not a change of name or database.
+func TestAccTable_databaseKnownOnlyAtApply(t *testing.T) {
+	t.Parallel()
+	db, _ := accDatabase(t)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	config := func(generation int) string {
+		return requiredProviders + fmt.Sprintf(`
+provider "spannerlock" {
+  emulator_host = %q
+}
+
+resource "terraform_data" "database" {
+  input            = %q
+  triggers_replace = [%d]
+}
+
+resource "spannerlock_table" "locks" {
+  name     = "locks"
+  database = terraform_data.database.output
+}
+`, emulator.Shared(t).Host(), db, generation)
+	}
+	tf.write(config(1))
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t)
+	tf.write(config(2))
+	r := tf.run(ctx, "plan", "-json").failed(t)
+	r.has(t, "error", "Replacement blocked by deletion_protection", "The database of table "+db+"/tables/locks is known only at apply",
+		"set database to a value known at plan time")
+	for _, d := range r.diagnostics {
+		if strings.Contains(d.Detail, "Changing name or database") {
+			t.Errorf("the plan says %q; the name and the database did not change", d.Detail)
+		}
+	}
+}
+
+// A timeout that is not positive is refused at plan; one too short for the
+// requests it bounds is blamed on itself, not on request_timeout.
+func TestAccTable_timeouts(t *testing.T) {
+	_, prov := accDatabase(t)
+	resource.ParallelTest(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config:      tableConfig(prov, "  timeouts {\n    create = \"-1m\"\n  }\n"),
+				PlanOnly:    true,
+				ExpectError: diagnostic("Invalid timeout", `Timeout "-1m" must be positive`),
+			},
+			{
+				// The plan's reads are bounded by request_timeout (30s); the
+				// creation's, by timeouts.create too, which ends first.
+				Config:      tableConfig(prov, unprotected+"  timeouts {\n    create = \"1ns\"\n  }\n"),
+				ExpectError: diagnostic("Cannot read table", "no answer before timeouts.create (1ns) ran out"),
+			},
+		},
+	})
+}
+
+// Drift that no additive statement repairs is only a warning in the plan;
+// drifted and drift let a check or a postcondition assert on it.
+func TestAccTable_driftedAttribute(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccTableDriftedAttribute)
+}
+
+func testAccTableDriftedAttribute(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	check := `
+check "lock_table" {
+  assert {
+    condition     = !spannerlock_table.locks.drifted
+    error_message = join("; ", spannerlock_table.locks.drift)
+  }
+}
+`
+	tf.write(tableConfig(prov, unprotected) + check)
+	tf.run(ctx, "apply", "-auto-approve", "-json").ok(t).lacks(t, "Check block assertion failed")
+	if err := emulator.Shared(t).UpdateDDL(ctx, db, widenHolderID(d, "locks")); err != nil {
+		t.Fatal(err)
+	}
+	tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "Check block assertion failed", widenedHolderID(d))
+
+	// A postcondition makes it an error, which -detailed-exitcode sees.
+	tf.write(tableConfig(prov, unprotected+`
+  lifecycle {
+    postcondition {
+      condition     = !self.drifted
+      error_message = join("; ", self.drift)
+    }
+  }
+`))
+	tf.run(ctx, "plan", "-detailed-exitcode", "-json").failed(t).has(t, "error", "Resource postcondition failed", widenedHolderID(d))
 }

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"net"
 	"net/url"
 	"regexp"
@@ -50,7 +51,7 @@ func (v funcValidator) ValidateString(_ context.Context, req validator.StringReq
 
 func tableName() validator.String {
 	return funcValidator{
-		description: "a table name: a letter, then letters, digits and underscores",
+		description: "a table name: an ASCII letter, then ASCII letters, digits and underscores",
 		summary:     "Invalid table name",
 		check:       locktable.ValidateTableName,
 	}
@@ -82,6 +83,50 @@ func semaphoreName() validator.String {
 		description: "a semaphore name: 1 to 1024 characters of valid UTF-8",
 		summary:     "Invalid semaphore name",
 		check:       lease.ValidateName,
+	}
+}
+
+// holderID is leaseName under the name the diagnostic should use: the lease
+// package holds holder IDs to the rules of names.
+func holderID() validator.String {
+	return funcValidator{
+		description: "a holder ID: 1 to 1024 characters of valid UTF-8",
+		summary:     "Invalid holder ID",
+		check: func(s string) error {
+			if s == "" {
+				return fmt.Errorf("holder ID is empty: leave holder_id unset for the default, <host>-<pid>-<random>")
+			}
+			if err := lease.ValidateName(s); err != nil {
+				// lease says "lease name"; the rules are the same.
+				return fmt.Errorf("holder ID%s", strings.TrimPrefix(err.Error(), "lease name"))
+			}
+			return nil
+		},
+	}
+}
+
+// wholeNumber accepts a whole number of at least minimum that fits in 64 bits.
+func wholeNumber(minimum int64) validator.Number {
+	return numberValidator{minimum: minimum}
+}
+
+type numberValidator struct{ minimum int64 }
+
+func (v numberValidator) Description(context.Context) string {
+	return fmt.Sprintf("a whole number, at least %d", v.minimum)
+}
+
+func (v numberValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (v numberValidator) ValidateNumber(_ context.Context, req validator.NumberRequest, resp *validator.NumberResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	f := req.ConfigValue.ValueBigFloat()
+	n, acc := f.Int64()
+	if !f.IsInt() || acc != big.Exact || n < v.minimum {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid number",
+			fmt.Sprintf("Must be a whole number, at least %d, not %s.", v.minimum, f.Text('g', -1)))
 	}
 }
 

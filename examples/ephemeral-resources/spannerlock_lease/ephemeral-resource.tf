@@ -1,6 +1,6 @@
 # One pipeline at a time migrates the orders schema. The lease is held while
-# Terraform plans and while it applies, and the migration tool receives the
-# fencing token, which it stamps on what it writes.
+# Terraform applies (and, without acquire, while it plans too), and the
+# migration tool receives the fencing token, which it stamps on what it writes.
 variable "run_id" {
   description = "The CI run, recorded as the lease's holder."
   type        = string
@@ -18,6 +18,9 @@ ephemeral "spannerlock_lease" "migration" {
   ttl       = "30s"
   # Queue behind another pipeline for up to 15 minutes; "0s" fails at once.
   wait = "15m"
+  # Take it only when applying, so that plans (of pull requests, say) neither
+  # wait for it nor keep it from an apply; the token is unknown in plans.
+  acquire = terraform.applying
 }
 
 resource "terraform_data" "migration" {

@@ -1,0 +1,287 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
+	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+// The tests here run Terraform as users do and end it as their world does:
+// killed, interrupted, failing. Their leases have a TTL of an hour, so a
+// lease that is free again within the test was released: expiry cannot
+// explain it.
+const longTTL = `  ttl = "1h"` + "\n"
+
+// processGone reports whether pid has exited: it does not exist, or it is
+// a zombie that its new parent has not reaped yet.
+func processGone(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which is in parentheses.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X")
+}
+
+// released waits until no one holds name, which with longTTL means that
+// someone released it.
+func released(ctx context.Context, t *testing.T, observer *lease.Client, name string) {
+	t.Helper()
+	waitUntil(ctx, t, func() (bool, string) {
+		h, err := observer.Holder(ctx, name)
+		return errors.Is(err, lease.ErrNoHolder), fmt.Sprintf("lease %q is still held by %q with token %d (%v)", name, h.HolderID, h.Token, err)
+	})
+}
+
+// Terraform killed with SIGKILL, alone, as the OOM killer or kill -9 PID
+// does it: its provider process is orphaned, and must neither keep the
+// lease alive nor live on itself.
+func TestAccLeaseEphemeralResource_terraformKilled(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceTerraformKilled)
+}
+
+func testAccLeaseEphemeralResourceTerraformKilled(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	observer := appClient(t, sc, "observer")
+	dir := t.TempDir()
+	tf.write(leaseConfig(prov, longTTL+`  holder_id = "pipeline-1"`+"\n", blockingCommand(dir)))
+
+	apply := startApply(ctx, t, tf, dir)
+	token := apply.token(ctx)
+	if h, err := observer.Holder(ctx, "deploy"); err != nil || h.Token != token {
+		t.Fatalf("while the apply runs, the holder of deploy is %+v, %v; want the apply's token %d", h, err, token)
+	}
+	providers := tf.providerPIDs()
+	killed := time.Now()
+	apply.signal(syscall.SIGKILL)
+	apply.wait()
+
+	released(ctx, t, observer, "deploy")
+	t.Logf("the lease was free %s after terraform was killed", time.Since(killed).Round(time.Millisecond))
+	providersGone(ctx, t, providers, "after terraform was killed")
+}
+
+// providersGone waits until every provider process in pids has exited. One
+// that does not is killed when the test ends, so that a failure leaves no
+// orphan behind (the test kills terraform's process group only while
+// terraform runs).
+func providersGone(ctx context.Context, t *testing.T, pids []int, what string) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			if !processGone(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	for _, pid := range pids {
+		waitUntil(ctx, t, func() (bool, string) {
+			return processGone(pid), fmt.Sprintf("provider process %d still runs %s", pid, what)
+		})
+	}
+}
+
+// Terraform killed while its provider waits for a lease another holder
+// has: the wait must not outlive Terraform, neither as a process nor as an
+// acquisition that spends a token once the other holder lets go.
+func TestAccLeaseEphemeralResource_terraformKilledWhileWaiting(t *testing.T) {
+	t.Parallel()
+	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	held := holdLease(t, sc, "deploy", "other-pipeline")
+	tf.write(leaseConfig(prov, `  wait = "1h"`+"\n", "true"))
+
+	run := tf.start(ctx, "apply", "-auto-approve", "-json")
+	run.waitForOpens(ctx, 1)
+	providers := tf.providerPIDs()
+	killed := time.Now()
+	run.signal(syscall.SIGKILL)
+	run.wait()
+	providersGone(ctx, t, providers, "waiting for the lease after terraform was killed")
+	t.Logf("the provider exited %s after terraform was killed", time.Since(killed).Round(time.Millisecond))
+	noTokenSpent(ctx, t, sc, held)
+}
+
+// exited waits until the command and every provider process it started
+// have exited.
+func exited(ctx context.Context, t *testing.T, tf *terraformCLI, c *command, what string) {
+	t.Helper()
+	waitUntil(ctx, t, func() (bool, string) {
+		select {
+		case <-c.done:
+			return true, ""
+		default:
+			return false, fmt.Sprintf("terraform %s still runs %s", strings.Join(c.args, " "), what)
+		}
+	})
+	for _, pid := range tf.providerPIDs() {
+		waitUntil(ctx, t, func() (bool, string) {
+			return processGone(pid), fmt.Sprintf("provider process %d still runs after terraform exited %s", pid, what)
+		})
+	}
+}
+
+// noTokenSpent checks that nothing acquired name since held did: the next
+// acquisition after held's release gets the next token.
+func noTokenSpent(ctx context.Context, t *testing.T, sc *spanner.Client, held *lease.Lease) {
+	t.Helper()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := appClient(t, sc, "next").TryAcquire(ctx, held.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() != held.Token()+1 {
+		t.Errorf("the acquisition after the interrupted run got token %d, want %d: the run acquired lease %q after the interrupt",
+			next.Token(), held.Token()+1, held.Name())
+	}
+}
+
+// Ctrl-C while Terraform waits for a lease another holder has: the wait
+// ends within seconds, and the lease is not acquired (no token is spent).
+// Terraform asks its providers to stop (StopProvider) in terraform plan and
+// while applying, but not during the plan of terraform apply; there the
+// interrupt reaches the provider only as the terminal sends it, to the
+// whole process group, and otherwise the second Ctrl-C, which makes
+// Terraform exit, must end the provider's wait.
+func TestAccLeaseEphemeralResource_interruptWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		args []string
+		// acquire is the ephemeral resource's acquire attribute.
+		acquire string
+		// opens is how many times Terraform opens the lease before the one
+		// that waits.
+		opens int
+		// group sends SIGINT to terraform's process group, as a terminal
+		// does, rather than to terraform alone.
+		group bool
+		// repeat sends SIGINT every second until terraform exits, as an
+		// impatient user does.
+		repeat bool
+	}{
+		{name: "apply_plan_ctrl_c", args: []string{"apply", "-auto-approve"}, group: true},
+		{name: "plan_sigint", args: []string{"plan"}},
+		{name: "apply_sigint_while_applying", args: []string{"apply", "-auto-approve"}, acquire: "terraform.applying", opens: 1},
+		{name: "apply_plan_sigint_twice", args: []string{"apply", "-auto-approve"}, repeat: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db, prov := accDatabase(t, locktable.DDL("locks")...)
+			sc := emulator.Client(t, db)
+			tf := newTerraformCLI(t)
+			ctx := cliContext(t)
+			tf.require(ctx, tfversion.Version1_10_0)
+			held := holdLease(t, sc, "deploy", "other-pipeline")
+			attrs := `  wait = "1h"` + "\n"
+			if c.acquire != "" {
+				attrs += "  acquire = " + c.acquire + "\n"
+			}
+			tf.write(leaseConfig(prov, attrs, "true"))
+
+			run := tf.start(ctx, append(c.args, "-json")...)
+			run.waitForOpens(ctx, c.opens+1)
+			switch {
+			case c.group:
+				run.signalGroup(syscall.SIGINT)
+			case c.repeat:
+				for stopped := false; !stopped; {
+					run.signal(syscall.SIGINT)
+					select {
+					case <-run.done:
+						stopped = true
+					case <-ctx.Done():
+						t.Fatal(ctx.Err())
+					case <-time.After(time.Second):
+					}
+				}
+			default:
+				run.signal(syscall.SIGINT)
+			}
+			exited(ctx, t, tf, run, "after Ctrl-C while waiting for the lease")
+			r := run.wait().failed(t)
+			if !c.repeat {
+				// Terraform was there to report it.
+				r.has(t, "error", "Cannot acquire lease", `stopped waiting for lease "deploy" because terraform was interrupted; it was not acquired`)
+			}
+			noTokenSpent(ctx, t, sc, held)
+		})
+	}
+}
+
+// A run that fails or is interrupted while it holds the lease releases it
+// when it ends, not a TTL later: Terraform does not close ephemeral
+// resources then, and the provider lets go of what it holds as it exits.
+func TestAccLeaseEphemeralResource_releasedWhenTheRunEnds(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		// fail makes the command fail once it has the token.
+		fail bool
+		// interrupt, when not 0, is sent once the command has the token:
+		// to the process group with group, as from a terminal, else to
+		// terraform alone.
+		interrupt syscall.Signal
+		group     bool
+	}{
+		{name: "command_fails", fail: true},
+		{name: "ctrl_c", interrupt: syscall.SIGINT, group: true},
+		{name: "sigint", interrupt: syscall.SIGINT},
+		{name: "sigterm", interrupt: syscall.SIGTERM},
+		// The terminal closed: its hangup reaches the provider too.
+		{name: "terminal_closed", interrupt: syscall.SIGHUP, group: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db, prov := accDatabase(t, locktable.DDL("locks")...)
+			sc := emulator.Client(t, db)
+			tf := newTerraformCLI(t)
+			ctx := cliContext(t)
+			tf.require(ctx, tfversion.Version1_10_0)
+			observer := appClient(t, sc, "observer")
+			dir := t.TempDir()
+			command := blockingCommand(dir)
+			if c.fail {
+				command = fmt.Sprintf(`echo "$TOKEN" > %[1]s/token.tmp && mv %[1]s/token.tmp %[1]s/token && exit 3`, dir)
+			}
+			tf.write(leaseConfig(prov, longTTL, command))
+
+			apply := startApply(ctx, t, tf, dir)
+			apply.token(ctx)
+			switch {
+			case c.group:
+				apply.signalGroup(c.interrupt)
+			case c.interrupt != 0:
+				apply.signal(c.interrupt)
+			}
+			exited(ctx, t, tf, apply.command, "after the run failed")
+			apply.wait().failed(t)
+			released(ctx, t, observer, "deploy")
+		})
+	}
+}

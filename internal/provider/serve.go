@@ -1,0 +1,56 @@
+package provider
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6/tf6server"
+)
+
+// Serve serves the provider to Terraform until Terraform ends it, and makes
+// sure that nothing the process holds outlives the run, however it ends:
+//
+//   - When serving ends (Terraform is done, after a success, a failure or an
+//     interrupt: it does not close ephemeral resources when a run fails or
+//     is interrupted), every lease still held is released.
+//   - When Terraform is interrupted (StopProvider; or SIGINT reaching this
+//     process, as Ctrl-C in a terminal does: Terraform does not stop its
+//     providers during the plan of terraform apply), waits for leases end and
+//     no lease is acquired any more.
+//   - When Terraform is gone (killed: this process is orphaned), or this
+//     process is told to terminate, it releases every lease and exits.
+//
+// With debug, the provider runs for a debugger rather than as Terraform's
+// child, and only the first applies.
+func Serve(ctx context.Context, version string, debug bool) error {
+	p := &spannerlockProvider{version: version}
+	var opts []tf6server.ServeOpt
+	if debug {
+		opts = append(opts, tf6server.WithManagedDebug())
+	} else {
+		watchTerraform(&p.leases)
+	}
+	err := tf6server.Serve(Address, func() tfprotov6.ProviderServer {
+		return stopNotifier{ProviderServer: providerserver.NewProtocol6(p)(), stop: func() { p.leases.interrupt(errInterrupted) }}
+	}, opts...)
+	p.leases.releaseAll()
+	return err
+}
+
+// stopNotifier tells the provider of StopProvider, which Terraform sends
+// when it is interrupted. terraform-plugin-go cancels the requests in flight
+// then, but not the ones that come after.
+type stopNotifier struct {
+	tfprotov6.ProviderServer
+	stop func()
+}
+
+func (s stopNotifier) StopProvider(ctx context.Context, req *tfprotov6.StopProviderRequest) (*tfprotov6.StopProviderResponse, error) {
+	s.stop()
+	return s.ProviderServer.StopProvider(ctx, req)
+}
+
+// errTerraformGone ends waits when Terraform has died.
+var errTerraformGone = errors.New("terraform exited while the provider was still serving it")

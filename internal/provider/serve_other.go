@@ -1,0 +1,8 @@
+//go:build !unix && !windows
+
+package provider
+
+// watchTerraform does nothing where the provider cannot watch its parent;
+// leases are still released when serving ends, and expire a TTL after the
+// process does.
+func watchTerraform(*leaseRegistry) {}

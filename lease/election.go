@@ -110,4 +110,3 @@ func (c *Client) lead(ctx context.Context, l *Lease, cb LeaderCallbacks) {
 		cb.OnStoppedLeading()
 	}
 }
-

@@ -170,8 +170,13 @@ type semaphoreState struct {
 }
 
 func (s semaphoreState) declared() error {
-	if s.found && s.kind.StringVal == kindSemaphore && s.permits.Valid {
+	switch {
+	case s.found && s.kind.StringVal == kindSemaphore && s.permits.Valid:
 		return nil
+	case s.found && s.kind.StringVal != kindSemaphore:
+		// A lock's row, held or not, or a worker pool's: the table's names
+		// are shared.
+		return fmt.Errorf("%w: %q is %s, not a semaphore: choose another name", ErrWrongKind, s.name, describeKind(s.kind))
 	}
 	return fmt.Errorf("%w: %q is not declared; declare it with the spannerlock_semaphore Terraform resource or Client.SetPermits", ErrUnknownSemaphore, s.name)
 }

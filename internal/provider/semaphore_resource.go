@@ -253,6 +253,10 @@ func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name 
 	s, err := readSemaphore(ctx, r.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore):
+	case errors.Is(err, lease.ErrWrongKind):
+		// A lock nobody holds now (refuseLock names a holder).
+		diags.AddAttributeError(path.Root("name"), "Name is a lock", fmt.Sprintf("%s. Locks and semaphores share the "+
+			"names of a table, so apply would fail: choose another name for the semaphore.", strings.TrimSuffix(err.Error(), ": choose another name")))
 	case err != nil && r.unreadable(ctx, db, table, name, err, false, diags):
 	case err != nil:
 		diags.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
@@ -263,8 +267,7 @@ func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name 
 
 // refuseLock stops the plan from declaring a semaphore under the name of a
 // lock that is held: locks and semaphores share a table's names, and apply
-// would fail. A lock that nobody holds now is not seen (lease reads holders,
-// not the kind of a name), and apply fails on it with lease's explanation.
+// would fail. A lock that nobody holds now is refused by refuseDeclared.
 func (r *semaphoreResource) refuseLock(ctx context.Context, db, table, name string, diags *diag.Diagnostics) {
 	var h lease.Holder
 	err := r.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {

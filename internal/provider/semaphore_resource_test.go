@@ -652,6 +652,22 @@ func TestAccSemaphore_lockName(t *testing.T) {
 		tf.write(semaphoreConfig(prov, 2))
 		tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Name is a lock",
 			`"jobs" is a lock in table locks of `+db+`, held now by "worker-1" with token 1`)
+		// A lock nobody holds now keeps its row (and its tokens): refused
+		// at plan all the same.
+		lc, err := lease.NewClient(sc, "locks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lc.Close()
+		l, err := lc.TryAcquire(ctx, "free-lock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tf.write(strings.Replace(semaphoreConfig(prov, 2), `name    = "jobs"`, `name    = "free-lock"`, 1))
+		tf.run(ctx, "plan", "-json").failed(t).has(t, "error", "Name is a lock", `"free-lock" is a lock, not a semaphore`)
 	})
 }
 

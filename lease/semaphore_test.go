@@ -183,7 +183,16 @@ func TestUndeclaredSemaphore(t *testing.T) {
 			t.Fatalf("Semaphore of an undeclared semaphore: err = %v", err)
 		}
 
-		// A lock's name is not a semaphore, nor the other way round.
+		// A lock's name is not a semaphore, nor the other way round, whether
+		// or not anyone holds the lock.
+		free := mustAcquire(t, ctx, c, "free-lock")
+		fatalIf(t, free.Release(ctx), "Release")
+		if _, err := c.Semaphore(ctx, "free-lock"); !errors.Is(err, lease.ErrWrongKind) {
+			t.Fatalf("Semaphore of a free lock's name: err = %v, want ErrWrongKind", err)
+		}
+		if _, err := c.TryAcquirePermit(ctx, "free-lock"); !errors.Is(err, lease.ErrWrongKind) {
+			t.Fatalf("TryAcquirePermit of a free lock's name: err = %v, want ErrWrongKind", err)
+		}
 		mustAcquire(t, ctx, c, "a-lock")
 		if err := c.SetPermits(ctx, "a-lock", 2); err == nil || !strings.Contains(err.Error(), "is a lock") {
 			t.Fatalf("SetPermits on a lock's name: err = %v", err)

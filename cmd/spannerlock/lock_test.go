@@ -336,3 +336,14 @@ func TestLockWithoutCommand(t *testing.T) {
 	p.signal(syscall.SIGCONT)
 	p.expect(exitLost)
 }
+
+// CMD's own status 2 (ls, grep and argparse use it for their usage errors)
+// passes through without spannerlock's usage hint, which is for
+// spannerlock's own command line.
+func TestCommandExitTwoIsNotAUsageError(t *testing.T) {
+	c := newCLI(t)
+	r := c.expect(2, "lock", "x", "--", "ls", "/nonexistent-spannerlock-test")
+	if strings.Contains(r.stderr, "spannerlock lock --help") || strings.Contains(r.stderr, "for usage") {
+		t.Fatalf("CMD's exit status 2 got spannerlock's usage hint:\n%s", r.stderr)
+	}
+}

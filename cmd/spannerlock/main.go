@@ -142,7 +142,7 @@ func (a *app) main(args []string) int {
 	}
 	if err != nil {
 		var u *exitError
-		if errors.As(err, &u) && u.code == exitUsage {
+		if errors.As(err, &u) && u.usage {
 			u.command = c.name
 		}
 	}
@@ -163,7 +163,7 @@ func (a *app) fail(err error) int {
 	if e.err != nil {
 		say(a.stderr, "spannerlock: %v\n", e.err)
 	}
-	if e.code == exitUsage {
+	if e.usage {
 		help := "spannerlock --help"
 		if e.command != "" {
 			help = "spannerlock " + e.command + " --help"
@@ -177,6 +177,10 @@ func (a *app) fail(err error) int {
 type exitError struct {
 	code int
 	err  error
+	// usage marks spannerlock's own usage errors, which point to its help;
+	// CMD exiting 2 (ls, grep and argparse do for their usage errors) is
+	// CMD's business.
+	usage bool
 	// command names the command whose help a usage error points to.
 	command string
 }
@@ -209,7 +213,7 @@ func exitCode(code int) error {
 }
 
 func usageError(format string, args ...any) error {
-	return exitWith(exitUsage, format, args...)
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...), usage: true}
 }
 
 func versionCommand() *command {

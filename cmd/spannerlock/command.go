@@ -75,7 +75,7 @@ type childFlags struct {
 }
 
 func (f *childFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second,
+	durationVar(fs, &f.killAfter, "kill-after", 10*time.Second,
 		"if the lease is lost while CMD runs, or CMD leaves processes behind, SIGKILL its process group this long after SIGTERM")
 	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined with spaces by /bin/sh -c (default: run CMD directly)")
 }

@@ -31,7 +31,9 @@ const defaultReadTimeout = 30 * time.Second
 
 // readTimeoutFlag registers --timeout for commands that only read.
 func readTimeoutFlag(fs *flag.FlagSet) *time.Duration {
-	return fs.Duration("timeout", defaultReadTimeout, "give up with exit status 1 if Spanner has not answered within this long")
+	d := new(time.Duration)
+	durationVar(fs, d, "timeout", defaultReadTimeout, "give up with exit status 1 if Spanner has not answered within this long")
+	return d
 }
 
 // read runs one read against Spanner under the timeout, ending early at a
@@ -80,8 +82,8 @@ func (a *app) checkSettings() error {
 		return usageError("--database %q is not a database path like projects/P/instances/I/databases/D", g.database)
 	case g.ttl < lease.MinTTL || g.ttl > lease.MaxTTL:
 		return usageError("--ttl %s is outside [%s, %s]", g.ttl, lease.MinTTL, lease.MaxTTL)
-	case g.poll <= 0:
-		return usageError("--poll-interval %s must be positive", g.poll)
+	case g.poll < minPollInterval:
+		return usageError("--poll-interval %s is below the minimum, %s: every waiter reads Spanner once per interval", g.poll, minPollInterval)
 	}
 	if err := locktable.ValidateTableName(g.table); err != nil {
 		return usageError("--table: %v", err)

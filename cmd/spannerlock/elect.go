@@ -13,6 +13,7 @@ import (
 func electCommand() *command {
 	return &command{
 		name:    "elect",
+		runsCMD: true,
 		summary: "run a command while this process is the elected leader, or watch the leader",
 		synopsis: `spannerlock elect [flags] NAME -- CMD [ARGS...]
 spannerlock elect [flags] NAME

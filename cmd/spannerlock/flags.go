@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -29,16 +28,15 @@ const (
 	envTable    = "SPANNERLOCK_TABLE"
 )
 
+// minPollInterval keeps a waiter from reading Spanner hundreds of times a
+// second.
+const minPollInterval = 50 * time.Millisecond
+
 func defaultGlobalFlags() globalFlags {
-	table := os.Getenv(envTable)
-	if table == "" {
-		table = "locks"
-	}
 	return globalFlags{
-		database: os.Getenv(envDatabase),
-		table:    table,
-		ttl:      10 * time.Second,
-		poll:     time.Second,
+		table: "locks",
+		ttl:   10 * time.Second,
+		poll:  time.Second,
 	}
 }
 
@@ -55,14 +53,65 @@ func (a *app) newFlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&g.database, "database", g.database,
 		"database `path` projects/P/instances/I/databases/D (default $"+envDatabase+")")
 	fs.StringVar(&g.table, "table", g.table, "lock `table` (default $"+envTable+", else locks)")
-	fs.DurationVar(&g.ttl, "ttl", g.ttl,
+	durationVar(fs, &g.ttl, "ttl", g.ttl,
 		"how long a lease lives after its last renewal; renewed every TTL/3 while held (1s to 24h)")
 	fs.StringVar(&g.holderID, "holder-id", g.holderID,
 		"`id` recorded with the leases this process holds (default hostname-pid-random)")
-	fs.DurationVar(&g.poll, "poll-interval", g.poll,
-		"longest wait between reads of a lease held by another process, while waiting for it")
+	durationVar(fs, &g.poll, "poll-interval", g.poll,
+		"longest wait between reads of a lease held by another process, while waiting for it (at least "+minPollInterval.String()+")")
 	fs.BoolVar(&g.verbose, "verbose", g.verbose, "log what spannerlock does to stderr")
 	return fs
+}
+
+// envPrefix starts the environment variable of every flag: --poll-interval
+// is SPANNERLOCK_POLL_INTERVAL.
+const envPrefix = "SPANNERLOCK_"
+
+// envName is the environment variable that sets the flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// flagAliases maps a short flag to the long one it stands for: the two share
+// a value, and help lists them together.
+var flagAliases = map[string]string{"o": "output"}
+
+func canonicalFlag(name string) string {
+	if long, ok := flagAliases[name]; ok {
+		return long
+	}
+	return name
+}
+
+// applyEnv sets every flag of fs that the command line did not set from its
+// environment variable, if that is set, and records which it set. A value
+// from the environment is checked as one from the command line is; its
+// error names the variable.
+func (a *app) applyEnv(fs *flag.FlagSet) error {
+	fs.Visit(func(f *flag.Flag) { a.onCommandLine[canonicalFlag(f.Name)] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, alias := flagAliases[f.Name]; alias || err != nil || a.onCommandLine[f.Name] {
+			return
+		}
+		v, ok := a.lookupEnv(envName(f.Name))
+		if !ok {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = usageError("%s=%s: %v", envName(f.Name), v, e)
+			return
+		}
+		a.fromEnv[f.Name] = true
+	})
+	return err
+}
+
+// yields reports whether flag name, set from the environment, gives way to
+// other, set on the command line, where the two exclude each other:
+// SPANNERLOCK_TIMEOUT does not make --try a usage error.
+func (a *app) yields(name, other string) bool {
+	return a.fromEnv[name] && a.onCommandLine[other]
 }
 
 // parse parses a command's flags wherever they are before "--", so that
@@ -83,30 +132,56 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (positional, argv []string,
 				a.printHelp(a.stdout, fs)
 				return nil, nil, errHelp
 			}
-			if len(positional) > 0 && argv == nil {
+			if len(positional) > 0 && argv == nil && runsCommand(fs.Name()) {
 				return nil, nil, usageError("%v (to run a command, put it after --: spannerlock %s %s -- CMD ARGS...)", err, fs.Name(), positional[0])
 			}
 			return nil, nil, usageError("%v", err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return positional, argv, nil
+			break
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+	if err := a.applyEnv(fs); err != nil {
+		return nil, nil, err
+	}
+	return positional, argv, nil
+}
+
+// runsCommand reports whether the named command runs a CMD after --.
+func runsCommand(name string) bool {
+	c := findCommand(name)
+	return c != nil && c.runsCMD
 }
 
 // parseOne is parse for commands that take exactly one positional argument,
-// called what.
+// called what. An argument that starts with "-" cannot come among the
+// flags; it comes right after "--", and CMD after a second "--":
+// spannerlock lock -- -x -- CMD.
 func (a *app) parseOne(fs *flag.FlagSet, args []string, what string) (arg string, argv []string, err error) {
 	pos, argv, err := a.parse(fs, args)
+	if err == nil && len(pos) == 0 && len(argv) > 0 {
+		pos = argv[:1]
+		switch rest := argv[1:]; {
+		case len(rest) == 0:
+			argv = nil
+		case rest[0] == "--":
+			argv = rest[1:]
+		case runsCommand(fs.Name()):
+			return "", nil, usageError("unexpected argument %q after %s %s: put the command to run after a second --, as in: spannerlock %s -- %s -- %s",
+				rest[0], what, quote(pos[0]), fs.Name(), pos[0], strings.Join(rest, " "))
+		default:
+			return "", nil, usageError("unexpected argument %q after %s %s", rest[0], what, quote(pos[0]))
+		}
+	}
 	switch {
 	case err != nil:
 		return "", nil, err
 	case len(pos) == 0:
 		return "", nil, usageError("%s is required", what)
-	case len(pos) > 1 && argv == nil:
+	case len(pos) > 1 && argv == nil && runsCommand(fs.Name()):
 		return "", nil, usageError("unexpected argument %q after %s: put the command to run after --, as in: spannerlock %s %s -- %s",
 			pos[1], what, fs.Name(), pos[0], strings.Join(pos[1:], " "))
 	case len(pos) > 1:
@@ -210,16 +285,23 @@ func (a *app) printHelp(w io.Writer, fs *flag.FlagSet) {
 // their usage, and reports whether there were any.
 func writeFlags(b *strings.Builder, title string, fs *flag.FlagSet, keep func(string) bool) bool {
 	var list strings.Builder
+	short := map[string]string{}
+	for s, long := range flagAliases {
+		short[long] = s
+	}
 	fs.VisitAll(func(f *flag.Flag) {
-		if !keep(f.Name) {
+		if _, alias := flagAliases[f.Name]; alias || !keep(f.Name) {
 			return
 		}
 		kind, usage := flag.UnquoteUsage(f)
-		dashes := "--"
-		if len(f.Name) == 1 {
-			dashes = "-"
+		if _, ok := f.Value.(durationValue); ok && kind == "value" {
+			kind = "duration"
 		}
-		say(&list, "  %s%s", dashes, f.Name)
+		say(&list, "  ")
+		if s, ok := short[f.Name]; ok && fs.Lookup(s) != nil {
+			say(&list, "-%s, ", s)
+		}
+		say(&list, "--%s", f.Name)
 		if kind != "" {
 			say(&list, " %s", kind)
 		}

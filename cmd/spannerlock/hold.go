@@ -18,22 +18,31 @@ const releaseTimeout = 5 * time.Second
 // waitFlags are the flags of commands that wait to acquire.
 type waitFlags struct {
 	try     bool
-	timeout time.Duration
+	timeout optionalDuration
 }
 
-func (f *waitFlags) register(fs *flag.FlagSet, withTry bool) {
-	if withTry {
-		fs.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if it is held")
-	}
-	fs.DurationVar(&f.timeout, "timeout", 0, "give up waiting after this long, with exit status 75 (default: wait until acquired)")
+// register registers --try, saying what it finds (busy: "it is held"),
+// and --timeout.
+func (f *waitFlags) register(fs *flag.FlagSet, busy string) {
+	fs.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if "+busy)
+	f.timeout.register(fs, "timeout", "give up after this long (connecting included), with exit status 75 if "+busy+
+		"; 0 tries once, as --try (default: wait until acquired)")
 }
 
-func (f *waitFlags) check() error {
+// check checks the flags and makes --timeout 0 a --try, as flock -w 0 is.
+func (f *waitFlags) check(a *app) error {
 	switch {
-	case f.try && f.timeout != 0:
+	case f.try && f.timeout.set && a.yields("timeout", "try"):
+		f.timeout = optionalDuration{}
+	case f.try && f.timeout.set && a.yields("try", "timeout"):
+		f.try = false
+	case f.try && f.timeout.set:
 		return usageError("--try and --timeout exclude each other: --try does not wait")
-	case f.timeout < 0:
-		return usageError("--timeout %s must be positive", f.timeout)
+	case f.timeout.d < 0:
+		return usageError("--timeout %s must not be negative", f.timeout.d)
+	}
+	if f.timeout.set && f.timeout.d == 0 {
+		f.try, f.timeout = true, optionalDuration{}
 	}
 	return nil
 }
@@ -56,9 +65,9 @@ type acquisition struct {
 // passes, or a stopping signal arrives.
 func (a *app) acquire(c *conn, f waitFlags, acq acquisition) (*lease.Lease, error) {
 	ctx, end := a.sigs.interruptible(a.ctx)
-	if f.timeout > 0 {
+	if f.timeout.d > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		ctx, cancel = context.WithTimeout(ctx, f.timeout.d)
 		defer cancel()
 	}
 	l, err := acq.try(ctx)
@@ -79,7 +88,7 @@ func (a *app) acquire(c *conn, f waitFlags, acq acquisition) (*lease.Lease, erro
 	case err == nil:
 		return l, nil
 	case timedOut:
-		return nil, exitWith(exitNotAcquired, "gave up after --timeout %s: %s", f.timeout, heldBy(a.ctx, acq))
+		return nil, exitWith(exitNotAcquired, "gave up after --timeout %s: %s", f.timeout.d, heldBy(a.ctx, acq))
 	case errors.Is(err, lease.ErrNotAcquired):
 		return nil, exitWith(exitNotAcquired, "%s; --try does not wait", heldBy(a.ctx, acq))
 	}

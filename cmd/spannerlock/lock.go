@@ -9,6 +9,7 @@ import (
 func lockCommand() *command {
 	return &command{
 		name:    "lock",
+		runsCMD: true,
 		summary: "run a command while holding a lock",
 		synopsis: `spannerlock lock [flags] NAME -- CMD [ARGS...]
 spannerlock lock [flags] NAME`,
@@ -55,7 +56,7 @@ Examples:
 }
 
 func runLock(a *app, args []string) error {
-	return a.runHeld(args, "lock", "NAME", func(c *conn, name string) acquisition {
+	return a.runHeld(args, "lock", "NAME", "it is held", func(c *conn, name string) acquisition {
 		return acquisition{
 			what: "lock " + quote(name),
 			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquire(ctx, name) },
@@ -67,19 +68,19 @@ func runLock(a *app, args []string) error {
 
 // runHeld is lock and permit: it parses NAME and CMD with the waiting and
 // child flags, acquires what of gives for NAME, and runs CMD under it.
-func (a *app) runHeld(args []string, command, argName string, of func(c *conn, name string) acquisition) error {
+func (a *app) runHeld(args []string, command, argName, busy string, of func(c *conn, name string) acquisition) error {
 	fs := a.newFlagSet(command)
 	var (
 		wait waitFlags
 		cf   childFlags
 	)
-	wait.register(fs, true)
+	wait.register(fs, busy)
 	cf.register(fs)
 	name, argv, err := a.parseOne(fs, args, argName)
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(), cf.check(), checkName(argName, name)); err != nil {
+	if err := firstError(wait.check(a), cf.check(), checkName(argName, name)); err != nil {
 		return err
 	}
 	spec, err := a.prepareCommand(argv, cf.shell)

@@ -347,3 +347,65 @@ func TestCommandExitTwoIsNotAUsageError(t *testing.T) {
 		t.Fatalf("CMD's exit status 2 got spannerlock's usage hint:\n%s", r.stderr)
 	}
 }
+
+// --timeout 0 tries once, as flock -w 0 does: with the lock held it exits
+// 75 at once instead of waiting forever.
+func TestLockTimeoutZero(t *testing.T) {
+	c := newCLI(t)
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.expect(exitNotAcquired, "lock", "--timeout", "0", "x", "--", "touch", "ran")
+	if c.exists("ran") || !strings.Contains(r.stderr, `"the-holder"`) {
+		t.Fatalf("--timeout 0 on a held lock: ran %v, stderr:\n%s", c.exists("ran"), r.stderr)
+	}
+	c.expect(0, "lock", "--timeout", "0", "free", "--", "touch", "ran")
+	if !c.exists("ran") {
+		t.Fatal("--timeout 0 on a free lock did not run CMD")
+	}
+}
+
+// A NAME that starts with "-" comes right after --, and CMD after a second
+// --; every command that takes a NAME accepts it so.
+func TestNameStartingWithDash(t *testing.T) {
+	c := newCLI(t)
+	r := c.expect(0, "lock", "--", "-x", "--", "sh", "-c", `echo "$SPANNERLOCK_NAME"`)
+	if r.stdout != "-x\n" {
+		t.Fatalf("CMD saw the name %q, want -x", r.stdout)
+	}
+	held := c.start("--holder-id", "by-hand", "lock", "--", "-x")
+	waitFor(t, "the token", func() bool { return strings.HasSuffix(held.stdout.String(), "\n") })
+	if r := c.expect(0, "holder", "--", "-x"); !strings.Contains(r.stdout, `"name":"-x"`) {
+		t.Fatalf("holder -- -x printed %s", r.stdout)
+	}
+	held.signal(syscall.SIGTERM)
+	held.expect(0)
+}
+
+// Every flag can be set by its SPANNERLOCK_* environment variable; the
+// command line wins, and a variable that conflicts with a flag given on the
+// command line gives way to it.
+func TestFlagsFromEnvironment(t *testing.T) {
+	c := newCLI(t)
+	c.env = append(c.env, "SPANNERLOCK_HOLDER_ID=from-env", "SPANNERLOCK_SHELL=true")
+	r := c.expect(0, "lock", "x", "--", `echo "$SPANNERLOCK_HOLDER_ID" && echo shell`)
+	if r.stdout != "from-env\nshell\n" {
+		t.Fatalf("SPANNERLOCK_HOLDER_ID and SPANNERLOCK_SHELL: CMD printed %q", r.stdout)
+	}
+	r = c.expect(0, "--holder-id", "from-flag", "lock", "x", "--", `echo "$SPANNERLOCK_HOLDER_ID"`)
+	if r.stdout != "from-flag\n" {
+		t.Fatalf("the command line does not win over the environment: %q", r.stdout)
+	}
+
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "held"); err != nil {
+		t.Fatal(err)
+	}
+	c.env = append(c.env, "SPANNERLOCK_TRY=1")
+	c.expect(exitNotAcquired, "lock", "held", "--", "touch", "ran")
+	c.env = append(c.env, "SPANNERLOCK_TIMEOUT=1h")
+	c.expect(exitUsage, "lock", "held", "--", "touch", "ran") // both from the environment
+	c.expect(exitNotAcquired, "lock", "--try", "held", "--", "touch", "ran")
+	if c.exists("ran") {
+		t.Fatal("CMD ran without the lock")
+	}
+}

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -69,11 +70,24 @@ type app struct {
 	// environment asks for it, and runSpan the span of this run.
 	telemetry *telemetry
 	runSpan   trace.Span
+	// onCommandLine and fromEnv record which flags (by their long names)
+	// the command line set, and which their environment variables set.
+	onCommandLine, fromEnv map[string]bool
 }
 
 func newApp(stdout, stderr io.Writer) *app {
 	return &app{stdout: stdout, stderr: stderr, environ: os.Environ(), global: defaultGlobalFlags(), sigs: notifySignals(),
-		ctx: context.Background()}
+		ctx: context.Background(), onCommandLine: map[string]bool{}, fromEnv: map[string]bool{}}
+}
+
+// lookupEnv reads spannerlock's environment as it started.
+func (a *app) lookupEnv(key string) (string, bool) {
+	for i := len(a.environ) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(a.environ[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // command is one subcommand: its help and what it runs.
@@ -84,7 +98,9 @@ type command struct {
 	synopsis string
 	// help is the description and examples after the synopsis.
 	help string
-	run  func(a *app, args []string) error
+	// runsCMD is set for the commands that run a command after --.
+	runsCMD bool
+	run     func(a *app, args []string) error
 }
 
 func commands() []*command {
@@ -114,6 +130,7 @@ func (a *app) main(args []string) int {
 	case err != nil:
 		return a.fail(usageError("%v", err))
 	}
+	fs.Visit(func(f *flag.Flag) { a.onCommandLine[canonicalFlag(f.Name)] = true })
 	rest := fs.Args()
 	if len(rest) == 0 {
 		a.printOverview(a.stderr)

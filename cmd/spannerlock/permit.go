@@ -11,6 +11,7 @@ import (
 func permitCommand() *command {
 	return &command{
 		name:    "permit",
+		runsCMD: true,
 		summary: "run a command while holding a permit of a semaphore",
 		synopsis: `spannerlock permit [flags] SEMAPHORE -- CMD [ARGS...]
 spannerlock permit [flags] SEMAPHORE`,
@@ -35,7 +36,7 @@ Examples:
 }
 
 func runPermit(a *app, args []string) error {
-	return a.runHeld(args, "permit", "SEMAPHORE", func(c *conn, name string) acquisition {
+	return a.runHeld(args, "permit", "SEMAPHORE", "every permit is in use", func(c *conn, name string) acquisition {
 		return acquisition{
 			what: "a permit of semaphore " + quote(name),
 			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquirePermit(ctx, name) },

@@ -11,6 +11,7 @@ import (
 func runOnceCommand() *command {
 	return &command{
 		name:    "run-once",
+		runsCMD: true,
 		summary: "run a command once per schedule slot, across every machine that tries",
 		synopsis: `spannerlock run-once [flags] JOB --slot TIME -- CMD [ARGS...]
 spannerlock run-once [flags] JOB --every INTERVAL -- CMD [ARGS...]`,
@@ -58,15 +59,15 @@ func runRunOnce(a *app, args []string) error {
 		slotS string
 		every time.Duration
 	)
-	wait.register(fs, false)
+	wait.register(fs, "the slot is running elsewhere")
 	cf.register(fs)
 	fs.StringVar(&slotS, "slot", "", "the slot, an RFC 3339 `time` such as 2026-11-23T03:00:00Z")
-	fs.DurationVar(&every, "every", 0, "take the current slot of a schedule with this `interval`, aligned to the clock (UTC)")
+	durationVar(fs, &every, "every", 0, "take the current slot of a schedule with this `interval` (30m, 1h, 1d), aligned to the clock (UTC)")
 	job, argv, err := a.parseOne(fs, args, "JOB")
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(), cf.check(), checkName("JOB", job)); err != nil {
+	if err := firstError(wait.check(a), cf.check(), checkName("JOB", job)); err != nil {
 		return err
 	}
 	slot, err := parseSlot(slotS, every, time.Now())
@@ -88,9 +89,9 @@ func runRunOnce(a *app, args []string) error {
 
 	ctx, end := a.sigs.interruptible(a.ctx)
 	defer end()
-	if wait.timeout > 0 {
+	if wait.timeout.d > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, wait.timeout)
+		ctx, cancel = context.WithTimeout(ctx, wait.timeout.d)
 		defer cancel()
 	}
 	started := false
@@ -131,7 +132,7 @@ func runRunOnce(a *app, args []string) error {
 	case errors.As(err, &exit):
 		return err // CMD's own outcome
 	case timedOut && !started:
-		return exitWith(exitNotAcquired, "gave up after --timeout %s: job %q slot %s is running elsewhere", wait.timeout, job, formatTime(slot))
+		return exitWith(exitNotAcquired, "gave up after --timeout %s: job %q slot %s is running elsewhere", wait.timeout.d, job, formatTime(slot))
 	}
 	return c.explain(err)
 }

@@ -106,9 +106,15 @@ func TestRunOnceTimeout(t *testing.T) {
 	runner.expect(128 + int(syscall.SIGTERM))
 }
 
-// --every takes the current slot of a clock-aligned schedule.
+// --every takes the current slot of a clock-aligned schedule; it takes days
+// as --cleanup-after does.
 func TestRunOnceEvery(t *testing.T) {
 	c := newCLI(t)
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	if r := c.expect(0, "run-once", "daily", "--every", "1d", "--", "sh", "-c", "echo $SPANNERLOCK_SLOT"); strings.TrimSpace(r.stdout) != day.Format(time.RFC3339) &&
+		strings.TrimSpace(r.stdout) != day.Add(24*time.Hour).Format(time.RFC3339) {
+		t.Errorf("--every 1d: slot %q, want %s", r.stdout, day.Format(time.RFC3339))
+	}
 	before := time.Now().UTC().Truncate(time.Hour)
 	r := c.expect(0, "run-once", "hourly", "--every", "1h", "--", "sh", "-c", "echo $SPANNERLOCK_SLOT")
 	after := time.Now().UTC().Truncate(time.Hour)
@@ -130,6 +136,7 @@ func TestParseSlot(t *testing.T) {
 		{"", time.Hour, "2026-11-23T02:00:00Z"},
 		{"", 15 * time.Minute, "2026-11-23T02:15:00Z"},
 		{"", 24 * time.Hour, "2026-11-23T00:00:00Z"},
+		{"", mustParseDuration(t, "1d"), "2026-11-23T00:00:00Z"},
 	} {
 		got, err := parseSlot(tc.slot, tc.every, now)
 		if err != nil || got.Format(time.RFC3339) != tc.want {
@@ -139,4 +146,13 @@ func TestParseSlot(t *testing.T) {
 	if _, err := parseSlot(slot, time.Hour, now); err == nil {
 		t.Error("--slot with --every was accepted")
 	}
+}
+
+func mustParseDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := parseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

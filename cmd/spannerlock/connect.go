@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
@@ -39,7 +40,7 @@ func readTimeoutFlag(fs *flag.FlagSet) *time.Duration {
 // read runs one read against Spanner under the timeout, ending early at a
 // stopping signal, and explains its failure.
 func (a *app) read(c *conn, timeout time.Duration, fn func(ctx context.Context) error) error {
-	ctx, end := a.sigs.interruptible(a.ctx)
+	ctx, end := a.sigs.interruptible(c.ctx)
 	err := c.readWithin(ctx, timeout, fn)
 	if sig := end(); sig != nil {
 		return interrupted(sig)
@@ -56,10 +57,12 @@ func (c *conn) readWithin(ctx context.Context, timeout time.Duration, fn func(ct
 	switch {
 	case err == nil:
 		return nil
+	case outage(ctx) != nil:
+		return outage(ctx)
 	case ctx.Err() != nil:
 		return err
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("no answer from Spanner within --timeout %s: check --database, the network, or SPANNER_EMULATOR_HOST: %w", timeout, err)
+		return c.health.noAnswer(" within --timeout "+formatDuration(timeout), err)
 	}
 	return c.explain(err)
 }
@@ -70,6 +73,13 @@ type conn struct {
 	spanner   *spanner.Client
 	lease     *lease.Client
 	log       *slog.Logger
+	// health is how the endpoint has been answering.
+	health *health
+	// ctx is where the command's work runs: it ends, with an *outageError
+	// as its cause, when Spanner stops answering (see outageWatch).
+	ctx     context.Context
+	cancel  context.CancelFunc
+	outages *outageWatch
 }
 
 // checkSettings says what to do about a missing or malformed global flag.
@@ -82,6 +92,8 @@ func (a *app) checkSettings() error {
 		return usageError("--database %q is not a database path like projects/P/instances/I/databases/D", g.database)
 	case g.ttl < lease.MinTTL || g.ttl > lease.MaxTTL:
 		return usageError("--ttl %s is outside [%s, %s]", g.ttl, lease.MinTTL, lease.MaxTTL)
+	case g.maxOutage <= 0:
+		return usageError("--max-outage %s must be positive", g.maxOutage)
 	case g.poll < minPollInterval:
 		return usageError("--poll-interval %s is below the minimum, %s: every waiter reads Spanner once per interval", g.poll, minPollInterval)
 	}
@@ -108,15 +120,36 @@ func (a *app) logger() *slog.Logger {
 	}))
 }
 
-// connect opens a Spanner client and a lease Client on the table. Nothing
-// is read or written until a command uses them.
+// connect opens a Spanner client and a lease Client on the table, once a
+// TCP connection to Spanner's endpoint succeeded. Nothing is read or
+// written until a command uses them.
 func (a *app) connect() (*conn, error) {
+	return a.connectWithin(0)
+}
+
+// connectWithin is connect for a command with a time limit (when timeout
+// is positive): it bounds the connection, and c.ctx ends at it.
+func (a *app) connectWithin(timeout time.Duration) (c *conn, err error) {
 	if err := a.checkSettings(); err != nil {
 		return nil, err
 	}
 	if err := a.startTelemetry(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(a.ctx, timeout)
+	}
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+	}()
+	ep := a.endpoint()
+	if err := reach(ctx, ep); err != nil {
+		return nil, err
+	}
+	h := &health{ep: ep}
 	useEmulatorSettings()
 	logger := a.logger()
 	opts := []lease.Option{
@@ -133,6 +166,10 @@ func (a *app) connect() (*conn, error) {
 	if a.global.verbose {
 		clientLog = log.New(a.stderr, "spanner: ", 0)
 	}
+	var clientOpts []option.ClientOption
+	for _, o := range h.dialOptions() {
+		clientOpts = append(clientOpts, option.WithGRPCDialOption(o))
+	}
 	sc, err := spanner.NewClientWithConfig(a.ctx, a.global.database, spanner.ClientConfig{
 		// One process, a few leases: one session to start with, not 100.
 		SessionPoolConfig: spanner.SessionPoolConfig{MinOpened: 1},
@@ -140,7 +177,7 @@ func (a *app) connect() (*conn, error) {
 		// Built-in metrics look for a GCP environment and export to Cloud
 		// Monitoring from a background goroutine: not for a short-lived command.
 		DisableNativeMetrics: true,
-	})
+	}, clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", a.global.database, err)
 	}
@@ -149,7 +186,9 @@ func (a *app) connect() (*conn, error) {
 		sc.Close()
 		return nil, usageError("%v", err)
 	}
-	return &conn{db: a.global.database, table: a.global.table, spanner: sc, lease: lc, log: logger}, nil
+	c = &conn{db: a.global.database, table: a.global.table, spanner: sc, lease: lc, log: logger, health: h, cancel: cancel}
+	c.ctx, c.outages = watchOutages(ctx, h, a.global.maxOutage)
+	return c, nil
 }
 
 // useEmulatorSettings turns multiplexed sessions off when talking to an
@@ -166,20 +205,58 @@ func useEmulatorSettings() {
 	}
 }
 
+// spannerCloseWait bounds the wait for the Spanner client to close: with
+// the endpoint down it waits for its own retries, and spannerlock is about
+// to exit anyway. The leases were released (or not) by then.
+const spannerCloseWait = 250 * time.Millisecond
+
 // close releases what the lease Client still holds, then the Spanner client.
+// After an outage it does not wait for releases that cannot reach Spanner
+// (the leases expire within the TTL), nor, ever, for long for the Spanner
+// client.
 func (c *conn) close() {
-	if err := c.lease.Close(); err != nil {
-		c.log.Warn("releasing leases on exit failed; they expire after the TTL", "err", err)
+	c.outages.stop()
+	c.cancel()
+	closeWait := time.Duration(0) // no bound
+	if outage(c.ctx) != nil {
+		closeWait = abandonGrace
 	}
-	c.spanner.Close()
+	runWithin(closeWait, func() {
+		if err := c.lease.Close(); err != nil {
+			c.log.Warn("releasing leases on exit failed; they expire after the TTL", "err", err)
+		}
+	})
+	runWithin(spannerCloseWait, c.spanner.Close)
+}
+
+// runWithin runs f and waits for it to return, for at most limit if positive.
+func runWithin(limit time.Duration, f func()) {
+	if limit <= 0 {
+		f()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+	}
 }
 
 // explain turns an error from Spanner into one that says what to do: a
 // missing or outdated table is diagnosed by reading the schema, a refused
-// permission names the table.
+// permission names the table, a call Spanner did not answer names the
+// endpoint and the last failure, and an outage that ended the command says
+// so.
 func (c *conn) explain(err error) error {
 	if err == nil {
 		return nil
+	}
+	if o := outage(c.ctx); o != nil {
+		return o
 	}
 	switch spanner.ErrCode(err) {
 	case codes.PermissionDenied:
@@ -192,6 +269,10 @@ func (c *conn) explain(err error) error {
 		if why := c.diagnose(); why != nil {
 			return why
 		}
+	}
+	var already *noAnswerError
+	if unanswered(err) && !errors.As(err, &already) {
+		return c.health.noAnswer("", err)
 	}
 	return err
 }

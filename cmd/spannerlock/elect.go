@@ -87,7 +87,7 @@ var errLostLeadership = errors.New("lost leadership")
 // campaign runs lease.Client.Campaign until a term ends for good: CMD
 // exited, or a stopping signal arrived.
 func (a *app) campaign(c *conn, name string, spec *childSpec, killAfter time.Duration) error {
-	ctx, cancel := context.WithCancel(a.ctx)
+	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	// While no term runs, a stopping signal ends the campaign; during a
 	// term, the term takes the signals.
@@ -96,32 +96,52 @@ func (a *app) campaign(c *conn, name string, spec *childSpec, killAfter time.Dur
 		result    error
 		stoppedBy os.Signal
 	)
-	err := c.lease.Campaign(ctx, name, lease.LeaderCallbacks{
-		OnStartedLeading: func(ctx context.Context, l *lease.Lease) {
-			if sig := endWatch(); sig != nil {
-				stoppedBy = sig
-				return
-			}
-			result = a.term(ctx, c, l, spec, killAfter)
-			if errors.Is(result, errLostLeadership) {
-				c.log.Warn("lost leadership; campaigning again", "name", name, "token", l.Token(), "cause", context.Cause(l.Context()))
-				result = nil
-				endWatch = a.sigs.watch(cancel)
-				return
-			}
-			cancel() // Campaign releases the lease before it returns.
-		},
+	// A campaign that does not return when ctx ends is abandoned (see
+	// within), but never during a term.
+	var gate startGate
+	_, err := withinGated(ctx, &gate, func() (struct{}, error) {
+		return struct{}{}, c.lease.Campaign(ctx, name, lease.LeaderCallbacks{
+			OnNewLeader: func(h lease.Holder) {
+				if h.HolderID != c.lease.HolderID() {
+					c.log.Info("waiting: "+quote(h.HolderID)+" leads", "name", name, "token", h.Token)
+				}
+			},
+			OnStartedLeading: func(ctx context.Context, l *lease.Lease) {
+				if !gate.start() {
+					return
+				}
+				defer gate.finish()
+				if sig := endWatch(); sig != nil {
+					stoppedBy = sig
+					return
+				}
+				// While leading, an outage is the lease's business: its loss
+				// ends the term.
+				c.outages.pause()
+				result = a.term(ctx, c, l, spec, killAfter)
+				c.outages.resume()
+				if errors.Is(result, errLostLeadership) {
+					c.log.Warn("lost leadership; campaigning again", "name", name, "token", l.Token(), "cause", context.Cause(l.Context()))
+					result = nil
+					endWatch = a.sigs.watch(cancel)
+					return
+				}
+				cancel() // Campaign releases the lease before it returns.
+			},
+		})
 	})
 	if sig := endWatch(); sig != nil && stoppedBy == nil {
 		stoppedBy = sig
 	}
 	switch {
-	case err != nil:
-		return c.explain(err)
 	case result != nil:
 		return result
 	case stoppedBy != nil:
 		return interrupted(stoppedBy)
+	case outage(c.ctx) != nil:
+		return outage(c.ctx)
+	case err != nil:
+		return c.explain(err)
 	}
 	return nil
 }
@@ -170,18 +190,40 @@ func (a *app) observe(name, format string) error {
 	if err != nil {
 		return err
 	}
-	ctx, end := a.sigs.interruptible(a.ctx)
+	ctx, end := a.sigs.interruptible(c.ctx)
 	defer end()
 	changes, err := c.lease.Observe(ctx, name)
 	if err != nil {
 		return c.explain(err)
 	}
-	for h := range changes {
+	for {
+		h, open, err := next(ctx, changes)
+		switch {
+		case err != nil:
+			return outage(c.ctx) // nil after a stopping signal
+		case !open:
+			return outage(c.ctx)
+		}
 		if err := a.printLeader(h, format); err != nil {
 			return err
 		}
 	}
-	return nil
+}
+
+// next receives from ch; once ctx has ended it waits abandonGrace for ch
+// to close (see within), then gives up with an error.
+func next[T any](ctx context.Context, ch <-chan T) (v T, open bool, err error) {
+	select {
+	case v, open = <-ch:
+		return v, open, nil
+	case <-ctx.Done():
+	}
+	select {
+	case v, open = <-ch:
+		return v, open, nil
+	case <-time.After(abandonGrace):
+		return v, false, errAbandoned
+	}
 }
 
 func (a *app) printLeader(h lease.Holder, format string) error {

@@ -21,6 +21,9 @@ type globalFlags struct {
 	holderID string
 	poll     time.Duration
 	verbose  bool
+	// maxOutage bounds how long a command goes on while Spanner does not
+	// answer.
+	maxOutage time.Duration
 }
 
 const (
@@ -34,13 +37,14 @@ const minPollInterval = 50 * time.Millisecond
 
 func defaultGlobalFlags() globalFlags {
 	return globalFlags{
-		table: "locks",
-		ttl:   10 * time.Second,
-		poll:  time.Second,
+		table:     "locks",
+		ttl:       10 * time.Second,
+		poll:      time.Second,
+		maxOutage: defaultMaxOutage,
 	}
 }
 
-var globalFlagNames = []string{"database", "table", "ttl", "holder-id", "poll-interval", "verbose"}
+var globalFlagNames = []string{"database", "table", "ttl", "holder-id", "poll-interval", "max-outage", "verbose"}
 
 // newFlagSet returns the flag set of the named command ("" for spannerlock
 // itself) with the global flags in it, so they may come before the command
@@ -59,6 +63,9 @@ func (a *app) newFlagSet(name string) *flag.FlagSet {
 		"`id` recorded with the leases this process holds (default hostname-pid-random)")
 	durationVar(fs, &g.poll, "poll-interval", g.poll,
 		"longest wait between reads of a lease held by another process, while waiting for it (at least "+minPollInterval.String()+")")
+	durationVar(fs, &g.maxOutage, "max-outage", g.maxOutage,
+		"give up with exit status 1 once every call to Spanner has failed for want of an answer for this long "+
+			"(before Spanner first answers: "+connectTimeout.String()+"); status --watch keeps trying")
 	fs.BoolVar(&g.verbose, "verbose", g.verbose, "log what spannerlock does to stderr")
 	return fs
 }

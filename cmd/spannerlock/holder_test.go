@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -181,11 +180,12 @@ func TestStatus(t *testing.T) {
 // holder and status give up after --timeout when Spanner does not answer,
 // instead of retrying for minutes.
 func TestReadTimeout(t *testing.T) {
-	envv := append(env("projects/p/instances/i/databases/d"), "SPANNER_EMULATOR_HOST="+emulator.ClosedPort(t))
+	addr := droppingListener(t)
+	envv := append(env("projects/p/instances/i/databases/d"), "SPANNER_EMULATOR_HOST="+addr)
 	for _, args := range [][]string{{"holder", "--timeout", "1s", "x"}, {"status", "--timeout", "1s"}} {
 		r := run(t, t.TempDir(), envv, nil, args...)
-		if r.code != exitFailure || !strings.Contains(r.stderr, "no answer from Spanner within --timeout 1s") {
-			t.Errorf("%v against a closed port: exit %d, stderr:\n%s", args, r.code, r.stderr)
+		if r.code != exitFailure || !strings.Contains(r.stderr, "no answer from Spanner at "+addr+" (SPANNER_EMULATOR_HOST) within --timeout 1s") {
+			t.Errorf("%v against an endpoint that never answers: exit %d, stderr:\n%s", args, r.code, r.stderr)
 		}
 	}
 }

@@ -58,10 +58,9 @@ Examples:
 func runLock(a *app, args []string) error {
 	return a.runHeld(args, "lock", "NAME", "it is held", func(c *conn, name string) acquisition {
 		return acquisition{
-			what: "lock " + quote(name),
 			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquire(ctx, name) },
 			wait: func(ctx context.Context) (*lease.Lease, error) { return c.lease.Acquire(ctx, name) },
-			held: lockHeldBy(c, name),
+			busy: lockBusy(name),
 		}
 	})
 }
@@ -74,7 +73,7 @@ func (a *app) runHeld(args []string, command, argName, busy string, of func(c *c
 		wait waitFlags
 		cf   childFlags
 	)
-	wait.register(fs, busy)
+	wait.register(a, fs, busy)
 	cf.register(fs)
 	name, argv, err := a.parseOne(fs, args, argName)
 	if err != nil {
@@ -87,13 +86,14 @@ func (a *app) runHeld(args []string, command, argName, busy string, of func(c *c
 	if err != nil {
 		return err
 	}
-	c, err := a.connect()
+	// --timeout bounds the connection too.
+	c, err := a.connectWithin(wait.timeout.d)
 	if err != nil {
 		return err
 	}
 	defer c.close()
 	acq := of(c, name)
-	l, err := a.acquire(c, wait, acq)
+	l, err := a.acquire(c.ctx, c, wait, acq)
 	if err != nil && acq.explain != nil {
 		err = acq.explain(err)
 	}

@@ -409,3 +409,26 @@ func TestFlagsFromEnvironment(t *testing.T) {
 		t.Fatal("CMD ran without the lock")
 	}
 }
+
+// --conflict-exit-code replaces 75, as flock -E does, for a cron wrapper
+// that counts a held lock as success; only a lock Spanner said was held
+// gets it.
+func TestConflictExitCode(t *testing.T) {
+	c := newCLI(t)
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.expect(0, "lock", "--try", "--conflict-exit-code", "0", "x", "--", "touch", "ran")
+	if c.exists("ran") || !strings.Contains(r.stderr, `"the-holder"`) {
+		t.Fatalf("ran %v, stderr:\n%s", c.exists("ran"), r.stderr)
+	}
+	lc := c.client()
+	if err := lc.SetPermits(testContext(t), "sem", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.AcquirePermit(testContext(t), "sem"); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(3, "permit", "--try", "--conflict-exit-code", "3", "sem", "--", "true")
+	c.expect(exitFailure, "permit", "--try", "--conflict-exit-code", "3", "undeclared", "--", "true")
+}

@@ -31,10 +31,15 @@ const (
 	exitUsage = 2
 	// exitNoHolder: `holder` found nobody holding the name.
 	exitNoHolder = 3
-	// exitNotAcquired: --try found the name held, or --timeout passed.
+	// exitNotAcquired: --try or --timeout found the name held; a Spanner
+	// that did not answer is exitFailure, never this.
 	exitNotAcquired = 75
 	// exitLost: the lease was lost while CMD ran; CMD was stopped.
 	exitLost = 76
+	// exitAlreadyDone: run-once found its slot done, by this or another
+	// host, and did not run CMD: "skipped", as automake's test drivers
+	// read 77.
+	exitAlreadyDone = 77
 	// exitCannotRun and exitNotFound: CMD could not be started.
 	exitCannotRun = 126
 	exitNotFound  = 127
@@ -70,6 +75,9 @@ type app struct {
 	// environment asks for it, and runSpan the span of this run.
 	telemetry *telemetry
 	runSpan   trace.Span
+	// conflictCode is the exit status for "held" (--conflict-exit-code),
+	// doneCode for a run-once slot done already (--done-exit-code).
+	conflictCode, doneCode int
 	// onCommandLine and fromEnv record which flags (by their long names)
 	// the command line set, and which their environment variables set.
 	onCommandLine, fromEnv map[string]bool
@@ -77,7 +85,8 @@ type app struct {
 
 func newApp(stdout, stderr io.Writer) *app {
 	return &app{stdout: stdout, stderr: stderr, environ: os.Environ(), global: defaultGlobalFlags(), sigs: notifySignals(),
-		ctx: context.Background(), onCommandLine: map[string]bool{}, fromEnv: map[string]bool{}}
+		ctx: context.Background(), conflictCode: exitNotAcquired, doneCode: exitAlreadyDone,
+		onCommandLine: map[string]bool{}, fromEnv: map[string]bool{}}
 }
 
 // lookupEnv reads spannerlock's environment as it started.

@@ -38,15 +38,18 @@ Examples:
 func runPermit(a *app, args []string) error {
 	return a.runHeld(args, "permit", "SEMAPHORE", "every permit is in use", func(c *conn, name string) acquisition {
 		return acquisition{
-			what: "a permit of semaphore " + quote(name),
 			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquirePermit(ctx, name) },
 			wait: func(ctx context.Context) (*lease.Lease, error) { return c.lease.AcquirePermit(ctx, name) },
-			held: func(ctx context.Context) string {
-				s, err := c.lease.Semaphore(ctx, name)
-				if err != nil {
+			// The error says only that every permit is in use; one read
+			// says how many there are, while there is time for it.
+			busy: func(ctx context.Context, _ error) string {
+				if ctx.Err() != nil {
 					return ""
 				}
-				return fmt.Sprintf("all permits of semaphore %q are in use (%d of %d)", name, s.InUse(), s.Permits)
+				if s, err := c.lease.Semaphore(ctx, name); err == nil {
+					return fmt.Sprintf("every permit of semaphore %s is in use (%d of %d)", quote(name), s.InUse(), s.Permits)
+				}
+				return fmt.Sprintf("every permit of semaphore %s is in use", quote(name))
 			},
 			explain: func(err error) error {
 				if errors.Is(err, lease.ErrUnknownSemaphore) {

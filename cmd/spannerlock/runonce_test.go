@@ -14,8 +14,9 @@ import (
 
 const slot = "2026-11-23T03:00:00Z"
 
-// Three concurrent run-once calls for one slot run CMD once; all exit 0,
-// and so does a late one, without running it.
+// Three concurrent run-once calls for one slot run CMD once: the one that
+// ran it exits 0, the others 77 once it is done (they did not run it), and
+// so does a late one; --done-exit-code changes 77.
 func TestRunOnceExactlyOnce(t *testing.T) {
 	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
 		c := newCLIIn(t, d)
@@ -24,15 +25,21 @@ func TestRunOnceExactlyOnce(t *testing.T) {
 		for range 3 {
 			procs = append(procs, c.start("--poll-interval", "100ms", "run-once", "nightly", "--slot", slot, "--shell", "--", script))
 		}
+		var codes []int
 		for _, p := range procs {
-			p.expect(0)
+			codes = append(codes, p.wait())
 		}
-		c.expect(0, "run-once", "nightly", "--slot", slot, "--shell", "--", script)
+		slices.Sort(codes)
+		if want := []int{0, exitAlreadyDone, exitAlreadyDone}; !slices.Equal(codes, want) {
+			t.Fatalf("exit statuses %v, want %v", codes, want)
+		}
+		c.expect(exitAlreadyDone, "run-once", "nightly", "--slot", slot, "--shell", "--", script)
+		c.expect(0, "run-once", "--done-exit-code", "0", "nightly", "--slot", slot, "--shell", "--", script)
 		if got := c.lines("ran"); !slices.Equal(got, []string{"nightly " + slot + " 1"}) {
 			t.Fatalf("CMD ran %d times: %q; want once, with the job, slot and token in its environment", len(got), got)
 		}
 		// Flags after JOB or before it: the same job and slot.
-		c.expect(0, "run-once", "--slot", slot, "nightly", "--", "touch", "again")
+		c.expect(exitAlreadyDone, "run-once", "--slot", slot, "nightly", "--", "touch", "again")
 		if c.exists("again") {
 			t.Fatal("a done slot ran again")
 		}
@@ -46,7 +53,7 @@ func TestRunOnceFailureLeavesSlotOpen(t *testing.T) {
 		c := newCLIIn(t, d)
 		c.expect(3, "run-once", "job", "--slot", slot, "--", "sh", "-c", "echo failed >> ran; exit 3")
 		c.expect(0, "run-once", "job", "--slot", slot, "--", "sh", "-c", "echo succeeded >> ran")
-		c.expect(0, "run-once", "job", "--slot", slot, "--", "sh", "-c", "echo again >> ran")
+		c.expect(exitAlreadyDone, "run-once", "job", "--slot", slot, "--", "sh", "-c", "echo again >> ran")
 		if got := c.lines("ran"); !slices.Equal(got, []string{"failed", "succeeded"}) {
 			t.Fatalf("runs: %q, want failed then succeeded", got)
 		}
@@ -87,7 +94,7 @@ func TestRunOnceLostWhileRunning(t *testing.T) {
 	second.expect(0)
 	first.signal(syscall.SIGCONT)
 	first.expect(exitLost)
-	c.expect(0, "run-once", "job", "--slot", slot, "--", "touch", "third")
+	c.expect(exitAlreadyDone, "run-once", "job", "--slot", slot, "--", "touch", "third")
 	if c.exists("third") {
 		t.Fatal("the slot ran again after the second run recorded it")
 	}
@@ -155,4 +162,24 @@ func mustParseDuration(t *testing.T, s string) time.Duration {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// run-once --try does not wait for a run elsewhere: it exits 75 at once
+// (or --conflict-exit-code), naming the runner; on a free slot it runs CMD.
+func TestRunOnceTry(t *testing.T) {
+	c := newCLI(t)
+	runner := c.start("--holder-id", "runner", "run-once", "job", "--slot", slot, "--shell", "--", "echo ready > ready; sleep 300 & wait")
+	c.waitFile("ready")
+	r := c.expect(exitNotAcquired, "run-once", "--try", "job", "--slot", slot, "--", "touch", "ran")
+	if c.exists("ran") || !strings.Contains(r.stderr, `running elsewhere (run by "runner"`) {
+		t.Fatalf("--try with the slot running elsewhere: ran %v, stderr:\n%s", c.exists("ran"), r.stderr)
+	}
+	c.expect(9, "run-once", "--try", "--conflict-exit-code", "9", "job", "--slot", slot, "--", "touch", "ran")
+	runner.signal(syscall.SIGTERM)
+	runner.expect(128 + int(syscall.SIGTERM))
+	c.expect(0, "run-once", "--try", "job", "--slot", slot, "--", "touch", "ran")
+	if !c.exists("ran") {
+		t.Fatal("--try on an open slot did not run CMD")
+	}
+	c.expect(exitAlreadyDone, "run-once", "--try", "job", "--slot", slot, "--", "touch", "again")
 }

@@ -19,7 +19,9 @@ const watchInterval = time.Second
 // nil. A first read that fails ends it; later failures are shown and the
 // read is tried again at the next refresh.
 func (a *app) watchStatus(c *conn, timeout time.Duration, format string) error {
-	ctx, end := a.sigs.interruptible(a.ctx)
+	// It shows an outage and keeps trying, instead of ending at one.
+	c.outages.pause()
+	ctx, end := a.sigs.interruptible(c.ctx)
 	defer end()
 	out := a.statusView(c, format)
 	tick := time.NewTicker(watchInterval)

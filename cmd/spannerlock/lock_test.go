@@ -432,3 +432,40 @@ func TestConflictExitCode(t *testing.T) {
 	c.expect(3, "permit", "--try", "--conflict-exit-code", "3", "sem", "--", "true")
 	c.expect(exitFailure, "permit", "--try", "--conflict-exit-code", "3", "undeclared", "--", "true")
 }
+
+// spannerlock paused (SIGSTOP, a suspended VM, a debugger) cannot renew its
+// lease, and the reaper stops CMD when the lease's local deadline passes,
+// before any rival can acquire: SIGTERM, then SIGKILL after --kill-after
+// for a CMD that ignores it, all while spannerlock stays stopped. Resumed,
+// spannerlock exits 76.
+func TestPausedHolderStopsCMD(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		term         bool
+	}{
+		{"cmd-exits-on-sigterm", `trap 'echo term > got; exit 0' TERM; echo $$ > child; sleep 300 & wait`, true},
+		{"cmd-ignores-sigterm", `trap '' TERM; echo $$ > child; sleep 300 & echo $! > grandchild; wait`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			p := c.start("--ttl", "2s", "lock", "--kill-after", "1s", "x", "--shell", "--", tc.script)
+			c.waitFile("child")
+			p.signal(syscall.SIGSTOP)
+			for _, f := range []string{"child", "grandchild"} {
+				if c.exists(f) {
+					pid := c.pid(f)
+					waitFor(t, fmt.Sprintf("CMD's %s (pid %d) to be stopped while spannerlock is paused", f, pid), func() bool { return dead(pid) })
+				}
+			}
+			if tc.term && c.read("got") != "term\n" {
+				t.Errorf("CMD did not get SIGTERM first (got %q)", c.read("got"))
+			}
+			rival := c.client(lease.WithHolderID("rival"), lease.WithPollInterval(50*time.Millisecond))
+			if _, err := rival.Acquire(testContext(t), "x"); err != nil {
+				t.Fatal(err)
+			}
+			p.signal(syscall.SIGCONT)
+			p.expect(exitLost)
+		})
+	}
+}

@@ -1,0 +1,142 @@
+//go:build linux
+
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Ctrl-Z stops CMD and spannerlock together, as a shell stops the
+// processes of a job: the shell says the job stopped and gives its prompt
+// back, the lock stays held (within the TTL), and fg continues the job with
+// CMD in the foreground again, reading the terminal.
+func TestJobControlCtrlZAndFg(t *testing.T) {
+	c := newCLI(t)
+	lc := c.client()
+	sh := interactiveShell(t, c)
+	// What CMD prints is computed, so that the terminal's echo of the
+	// command line never matches it.
+	sh.typeIn(`"$SPANNERLOCK" --holder-id job --ttl 1m lock tty -- sh -c 'echo "$((40+2))-started"; read a; echo "got:$a"'` + "\n")
+	sh.waitOutput("42-started")
+	sh.typeIn("\x1a") // Ctrl-Z
+	sh.waitOutput("Stopped")
+	sh.typeIn("echo prompt-$((40+2))\n")
+	sh.waitOutput("prompt-42")
+	if h := holderOf(t, lc, "tty"); h == nil || h.HolderID != "job" {
+		t.Fatalf("the stopped job's lock is held by %+v, want job", h)
+	}
+	sh.typeIn("fg\n")
+	sh.typeIn("hello\n")
+	sh.waitOutput("got:hello")
+	sh.typeIn(`echo "rc=$?"` + "\n")
+	sh.waitOutput("rc=0")
+	if h := holderOf(t, lc, "tty"); h != nil {
+		t.Fatalf("still held by %q after the job ended", h.HolderID)
+	}
+}
+
+// bg continues a stopped job in the background: CMD runs on, and when it
+// reads the terminal it stops again, and spannerlock with it, until fg
+// gives it the terminal. Ctrl-C then reaches CMD.
+func TestJobControlBgAndCtrlC(t *testing.T) {
+	c := newCLI(t)
+	sh := interactiveShell(t, c)
+	sh.typeIn(`"$SPANNERLOCK" --ttl 1m lock tty -- sh -c 'echo $$ > child; while [ ! -e go ]; do sleep 0.05; done; echo "$((40+2))-reading"; read a; echo "got:$a"; sleep 300'` + "\n")
+	c.waitFile("child")
+	cmd := c.pid("child")
+	holder := spannerlockOf(t, cmd)
+	sh.typeIn("\x1a")
+	sh.waitOutput("Stopped")
+	sh.typeIn("bg; touch go\n")
+	sh.waitOutput("42-reading")
+	waitFor(t, "CMD, reading the terminal in the background, and spannerlock to stop", func() bool {
+		return processState(cmd) == "T" && processState(holder) == "T"
+	})
+	sh.typeIn("fg\n")
+	sh.typeIn("hello\n")
+	sh.waitOutput("got:hello")
+	sh.typeIn("\x03") // Ctrl-C
+	sh.typeIn(`echo "rc=$?"` + "\n")
+	sh.waitOutput("rc=130")
+}
+
+// spannerlockOf returns the pid of the spannerlock that runs CMD pid: CMD's
+// parent is the reaper, whose parent is spannerlock.
+func spannerlockOf(t *testing.T, cmd int) int {
+	t.Helper()
+	cmdStat, err := procStat(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaperStat, err := procStat(cmdStat.ppid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reaperStat.ppid
+}
+
+// processState is a process's state letter (R, S, T, Z...), "" if gone.
+func processState(pid int) string {
+	st, err := procStat(pid)
+	if err != nil {
+		return ""
+	}
+	return st.state
+}
+
+// In a pipeline, CMD is not the whole job: the pipeline's other commands
+// keep the terminal (less, or anything that reads it), instead of stopping
+// when they read it because spannerlock gave it to CMD.
+func TestJobControlPipeline(t *testing.T) {
+	c := newCLI(t)
+	sh := interactiveShell(t, c)
+	sh.typeIn(`"$SPANNERLOCK" --ttl 1m lock x -- sh -c 'seq 1 3; while [ ! -e done ]; do sleep 0.05; done' | ` +
+		`{ head -n 1; read -r a </dev/tty; echo "typed:$a"; touch done; cat >/dev/null; }; echo "rc=${PIPESTATUS[0]}"` + "\n")
+	sh.waitOutput("1\r\n")
+	sh.typeIn("hello\n")
+	sh.waitOutput("typed:hello")
+	sh.waitOutput("rc=0")
+	if strings.Contains(sh.out.String(), "Stopped") {
+		t.Fatalf("the pipeline stopped:\n%s", sh.out)
+	}
+}
+
+// When spannerlock is killed with SIGKILL while CMD has the terminal, CMD's
+// group dies with it and the terminal goes back to the shell that ran
+// spannerlock, which can read it again.
+func TestTerminalBackAfterSIGKILL(t *testing.T) {
+	c := newCLI(t)
+	term := newTerminal(t, c, `"$SPANNERLOCK" lock tty -- sh -c 'echo $$ > child; echo ready; exec sleep 300'
+		echo "rc=$?"
+		read b; echo "after:$b"`)
+	term.waitOutput("ready")
+	cmd := c.pid("child")
+	if err := syscall.Kill(spannerlockOf(t, cmd), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	term.waitOutput("rc=137")
+	term.typeIn("world\n")
+	term.waitOutput("after:world")
+	waitFor(t, "CMD to die with spannerlock", func() bool { return dead(cmd) })
+}
+
+// Ctrl-Z on a pipeline, whose commands keep the terminal, stops CMD too:
+// spannerlock passes SIGTSTP on to CMD's group and stops once CMD has; fg
+// continues both.
+func TestJobControlPipelineCtrlZ(t *testing.T) {
+	c := newCLI(t)
+	sh := interactiveShell(t, c)
+	sh.typeIn(`"$SPANNERLOCK" --ttl 1m lock x -- sh -c 'echo $$ > child; while [ ! -e done ]; do sleep 0.05; done; echo "$((40+2))-done"' | cat` + "\n")
+	c.waitFile("child")
+	cmd := c.pid("child")
+	holder := spannerlockOf(t, cmd)
+	sh.typeIn("\x1a")
+	sh.waitOutput("Stopped")
+	waitFor(t, "CMD and spannerlock to stop", func() bool { return processState(cmd) == "T" && processState(holder) == "T" })
+	sh.typeIn("touch done; fg\n")
+	sh.waitOutput("42-done")
+	sh.typeIn(`echo "rc=${PIPESTATUS[0]}"` + "\n")
+	sh.waitOutput("rc=0")
+}

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -290,11 +292,50 @@ func (c *conn) diagnose() error {
 		return c.explain(err)
 	case err != nil:
 		return nil
+	}
+	if live, misspelled := ins.Misspelled(); misspelled {
+		return fmt.Errorf("table %s is spelled %s in %s, a PostgreSQL-dialect database, whose SQL names tables case-sensitively: use --table %s",
+			c.table, live, c.db, live)
+	}
+	switch {
 	case !ins.Exists:
-		return fmt.Errorf("table %s does not exist in %s: run 'spannerlock init' to create it (or apply the spannerlock_table Terraform resource)", c.table, c.db)
+		if err := c.collision(ctx); err != nil {
+			return err
+		}
+		return fmt.Errorf("table %s does not exist in %s: run '%s' to create it (or apply the spannerlock_table Terraform resource)",
+			c.table, c.db, c.initCommand())
 	case ins.Version < locktable.Latest:
-		return fmt.Errorf("table %s in %s is not at schema version %d (it satisfies version %d): run 'spannerlock init' to migrate it",
-			c.table, c.db, locktable.Latest, ins.Version)
+		return fmt.Errorf("table %s in %s is not at schema version %d (it satisfies version %d): run '%s' to migrate it",
+			c.table, c.db, locktable.Latest, ins.Version, c.initCommand())
+	}
+	return nil
+}
+
+// initCommand is the init that creates or migrates this table.
+func (c *conn) initCommand() string {
+	if c.table == defaultGlobalFlags().table {
+		return "spannerlock init"
+	}
+	return "spannerlock --table " + c.table + " init"
+}
+
+// collision says why a lock table named c.table cannot be created in the
+// database, where other tables hold the names it needs, or it is another
+// lock table's companion: init would otherwise create a table that breaks
+// the other, or fail, and every command would keep pointing at init.
+func (c *conn) collision(ctx context.Context) error {
+	existing, err := locktable.ExistingTables(ctx, c.spanner, append([]string{c.table}, locktable.ConflictingNames(c.table)...))
+	if err != nil {
+		return nil // the command's own error says more
+	}
+	exists := slices.ContainsFunc(existing, func(e string) bool { return strings.EqualFold(e, c.table) })
+	for _, e := range existing {
+		why := locktable.Conflict(c.table, e)
+		ours := slices.ContainsFunc(locktable.Companions(c.table), func(n string) bool { return strings.EqualFold(n, e) })
+		if why != "" && (!exists || !ours) {
+			return fmt.Errorf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is three "+
+				"tables, T, %s and %s: choose another --table", c.table, c.db, why, e, locktable.PermitsTable("T"), locktable.SessionsTable("T"))
+		}
 	}
 	return nil
 }

@@ -79,6 +79,9 @@ func (a *app) initTable(ctx context.Context, c *conn, setCleanup bool, cleanupAf
 	if err != nil {
 		return c.explain(err)
 	}
+	if err := c.collision(ctx); err != nil {
+		return err
+	}
 	opts := locktable.Options{CleanupAfter: ins.CleanupAfter}
 	if setCleanup {
 		opts.CleanupAfter = cleanupAfter

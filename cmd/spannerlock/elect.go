@@ -236,9 +236,9 @@ func (a *app) printLeader(h lease.Holder, format string) error {
 	case format == "json":
 		return writeJSON(a.stdout, toJSON(h))
 	case vacant:
-		_, err := fmt.Fprintf(a.stdout, "%s: no leader\n", h.Name)
+		_, err := fmt.Fprintf(a.stdout, "%s: no leader\n", printable(h.Name))
 		return err
 	}
-	_, err := fmt.Fprintf(a.stdout, "%s: %s leads (token %d, since %s)\n", h.Name, h.HolderID, h.Token, formatTime(h.AcquiredAt))
+	_, err := fmt.Fprintf(a.stdout, "%s: %s leads (token %d, since %s)\n", printable(h.Name), printable(h.HolderID), h.Token, formatTime(h.AcquiredAt))
 	return err
 }

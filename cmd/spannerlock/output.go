@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"io"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -33,6 +36,16 @@ func toJSON(h lease.Holder) holderJSON {
 }
 
 func quote(s string) string { return strconv.Quote(s) }
+
+// printable is s for text output: as it is when every character prints, else
+// quoted with Go's escapes, so that a name or holder ID cannot move the
+// cursor, change colours or forge lines on the reader's terminal.
+func printable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) {
+		return s
+	}
+	return strconv.Quote(s)
+}
 
 func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)

@@ -173,7 +173,7 @@ func printStatus(w io.Writer, st statusJSON) error {
 			if t, err := time.Parse(time.RFC3339Nano, l.ExpiresAt); err == nil {
 				expires = t.Format("2006-01-02T15:04:05.000Z07:00")
 			}
-			say(tw, "%s\t%s\t%s\t%d\t%s\n", l.Name, kind, l.HolderID, l.Token, expires)
+			say(tw, "%s\t%s\t%s\t%d\t%s\n", printable(l.Name), kind, printable(l.HolderID), l.Token, expires)
 		}
 		_ = tw.Flush() // into a strings.Builder, which cannot fail
 	}
@@ -182,7 +182,7 @@ func printStatus(w io.Writer, st statusJSON) error {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		say(tw, "SEMAPHORE\tIN USE\n")
 		for _, s := range st.Semaphores {
-			say(tw, "%s\t%d of %d\n", s.Name, s.InUse, s.Permits)
+			say(tw, "%s\t%d of %d\n", printable(s.Name), s.InUse, s.Permits)
 		}
 		_ = tw.Flush()
 	}

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +146,31 @@ func TestVersion(t *testing.T) {
 	r := run(t, t.TempDir(), env(""), nil, "version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "spannerlock ") {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// A script that exec cannot run (no #! line, or a #! line naming a missing
+// interpreter) is refused with 126 before anything is acquired (the
+// database here does not exist), not after taking the lock.
+func TestScriptThatCannotRun(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"no-shebang.sh":      "echo hello\n",
+		"bad-interpreter.sh": "#!/no/such/interpreter\necho hello\n",
+		"empty-shebang.sh":   "#!\necho hello\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for cmd, want := range map[string]string{
+		"./no-shebang.sh":      "it is a script without a #! line",
+		"./bad-interpreter.sh": "names the interpreter /no/such/interpreter, which is not an executable file here",
+		"./empty-shebang.sh":   "names no interpreter",
+	} {
+		r := run(t, dir, env("projects/p/instances/i/databases/d"), nil, "lock", "x", "--", cmd)
+		if r.code != exitCannotRun || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: exit %d, stderr %q; want 126 and %q", cmd, r.code, r.stderr, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -142,10 +143,16 @@ func TestCommandNotFound(t *testing.T) {
 	}
 }
 
+// version and --version say which build this is, never Go's placeholder
+// "(devel)", with the Go version it was built with.
 func TestVersion(t *testing.T) {
 	r := run(t, t.TempDir(), env(""), nil, "version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "spannerlock ") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "spannerlock ") || strings.Contains(r.stdout, "(devel)") ||
+		!strings.Contains(r.stdout, runtime.Version()) {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if v := run(t, t.TempDir(), env(""), nil, "--version"); v.code != 0 || v.stdout != r.stdout {
+		t.Fatalf("--version: exit %d, stdout %q; want %q", v.code, v.stdout, r.stdout)
 	}
 }
 

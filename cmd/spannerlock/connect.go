@@ -94,6 +94,8 @@ func (a *app) checkSettings() error {
 		return usageError("--database %q is not a database path like projects/P/instances/I/databases/D", g.database)
 	case g.ttl < lease.MinTTL || g.ttl > lease.MaxTTL:
 		return usageError("--ttl %s is outside [%s, %s]", g.ttl, lease.MinTTL, lease.MaxTTL)
+	case g.logFormat != "text" && g.logFormat != "json":
+		return usageError("--log-format %q: the format is text or json", g.logFormat)
 	case g.maxOutage <= 0:
 		return usageError("--max-outage %s must be positive", g.maxOutage)
 	case g.poll < minPollInterval:
@@ -105,21 +107,19 @@ func (a *app) checkSettings() error {
 	return nil
 }
 
+// logger logs to stderr, warnings only unless --verbose, each line with its
+// time (cron and CI logs have none of their own), as text or, with
+// --log-format json, one JSON object per line for a log collector.
 func (a *app) logger() *slog.Logger {
 	level := slog.LevelWarn
 	if a.global.verbose {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
-		Level: level,
-		// A line per event, for people; the time is the terminal's business.
-		ReplaceAttr: func(groups []string, attr slog.Attr) slog.Attr {
-			if len(groups) == 0 && attr.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return attr
-		},
-	}))
+	opts := &slog.HandlerOptions{Level: level}
+	if a.global.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
 }
 
 // connect opens a Spanner client and a lease Client on the table, once a
@@ -162,12 +162,9 @@ func (a *app) connectWithin(timeout time.Duration) (c *conn, err error) {
 	if a.global.holderID != "" {
 		opts = append(opts, lease.WithHolderID(a.global.holderID))
 	}
-	// The Spanner client logs its whole configuration when it starts; that
-	// is noise on a command's stderr unless asked for.
+	// The Spanner client logs its whole configuration when it starts, and
+	// little else: noise on a command's stderr, also with --verbose.
 	clientLog := log.New(io.Discard, "", 0)
-	if a.global.verbose {
-		clientLog = log.New(a.stderr, "spanner: ", 0)
-	}
 	var clientOpts []option.ClientOption
 	for _, o := range h.dialOptions() {
 		clientOpts = append(clientOpts, option.WithGRPCDialOption(o))

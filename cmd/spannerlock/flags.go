@@ -24,6 +24,9 @@ type globalFlags struct {
 	// maxOutage bounds how long a command goes on while Spanner does not
 	// answer.
 	maxOutage time.Duration
+	logFormat string
+	// version is --version, of spannerlock itself only.
+	version bool
 }
 
 const (
@@ -41,10 +44,11 @@ func defaultGlobalFlags() globalFlags {
 		ttl:       10 * time.Second,
 		poll:      time.Second,
 		maxOutage: defaultMaxOutage,
+		logFormat: "text",
 	}
 }
 
-var globalFlagNames = []string{"database", "table", "ttl", "holder-id", "poll-interval", "max-outage", "verbose"}
+var globalFlagNames = []string{"database", "table", "ttl", "holder-id", "poll-interval", "max-outage", "verbose", "log-format"}
 
 // newFlagSet returns the flag set of the named command ("" for spannerlock
 // itself) with the global flags in it, so they may come before the command
@@ -67,6 +71,10 @@ func (a *app) newFlagSet(name string) *flag.FlagSet {
 		"give up with exit status 1 once every call to Spanner has failed for want of an answer for this long "+
 			"(before Spanner first answers: "+connectTimeout.String()+"); status --watch keeps trying")
 	fs.BoolVar(&g.verbose, "verbose", g.verbose, "log what spannerlock does to stderr")
+	fs.StringVar(&g.logFormat, "log-format", g.logFormat, "`format` of the log lines on stderr: text or json")
+	if name == "" {
+		fs.BoolVar(&g.version, "version", false, "print spannerlock's version and exit")
+	}
 	return fs
 }
 

@@ -185,7 +185,10 @@ func (a *app) holdUntilSignalled(l *lease.Lease) error {
 func (a *app) release(c *conn, l *lease.Lease) {
 	ctx, cancel := context.WithTimeout(a.ctx, min(a.global.ttl, releaseTimeout))
 	defer cancel()
-	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
+	switch err := l.Release(ctx); {
+	case err == nil:
+		c.log.Info("released", "name", l.Name(), "token", l.Token())
+	case !errors.Is(err, lease.ErrLeaseLost):
 		c.log.Warn("releasing the lease failed; it expires after the TTL", "name", l.Name(), "ttl", a.global.ttl, "err", c.explain(err))
 	}
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -467,5 +468,35 @@ func TestPausedHolderStopsCMD(t *testing.T) {
 			p.signal(syscall.SIGCONT)
 			p.expect(exitLost)
 		})
+	}
+}
+
+// --verbose logs each step with its time, CMD's exit status and the
+// release included, and without the Spanner client's banner; with
+// --log-format json every line is a JSON object.
+func TestVerboseLog(t *testing.T) {
+	c := newCLI(t)
+	r := c.expect(3, "--verbose", "lock", "x", "--", "sh", "-c", "exit 3")
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if !strings.HasPrefix(line, "time=") {
+			t.Errorf("a log line without its time: %q", line)
+		}
+	}
+	if strings.Contains(r.stderr, "Client Options") {
+		t.Errorf("--verbose prints the Spanner client's banner:\n%s", r.stderr)
+	}
+
+	r = c.expect(3, "--verbose", "--log-format", "json", "lock", "x", "--", "sh", "-c", "exit 3")
+	var exited, released bool
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["time"] == nil {
+			t.Fatalf("not a JSON log record with a time: %q (%v)", line, err)
+		}
+		exited = exited || rec["msg"] == "CMD exited" && rec["status"] == float64(3)
+		released = released || rec["msg"] == "released" && rec["name"] == "x"
+	}
+	if !exited || !released {
+		t.Errorf("the log does not say that CMD exited 3 (%v) and the lock was released (%v):\n%s", exited, released, r.stderr)
 	}
 }

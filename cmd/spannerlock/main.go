@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -140,6 +141,10 @@ func (a *app) main(args []string) int {
 		return a.fail(usageError("%v", err))
 	}
 	fs.Visit(func(f *flag.Flag) { a.onCommandLine[canonicalFlag(f.Name)] = true })
+	if a.global.version {
+		say(a.stdout, "spannerlock %s\n", buildVersion())
+		return exitOK
+	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		a.printOverview(a.stderr)
@@ -259,14 +264,36 @@ func versionCommand() *command {
 	}
 }
 
+// buildVersion is the release's version, or the module version of a go
+// install; a build from a checkout says so, with its commit when the build
+// recorded it. The Go version and platform follow.
 func buildVersion() string {
-	if version != "" {
-		return version
+	v := version
+	bi, ok := debug.ReadBuildInfo()
+	if v == "" && ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	if v == "" {
+		v = "built from source"
+		settings := map[string]string{}
+		if ok {
+			for _, s := range bi.Settings {
+				settings[s.Key] = s.Value
+			}
+		}
+		if rev := settings["vcs.revision"]; rev != "" {
+			v += ", commit " + rev[:min(12, len(rev))]
+			if settings["vcs.modified"] == "true" {
+				v += " with local changes"
+			}
+			if t := settings["vcs.time"]; t != "" {
+				v += " of " + t
+			}
+		} else {
+			v += " without version information"
+		}
 	}
-	return "(devel)"
+	return fmt.Sprintf("%s (%s %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // interrupted is the status of a process that a signal ended before CMD

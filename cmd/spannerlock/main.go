@@ -116,7 +116,7 @@ type command struct {
 func commands() []*command {
 	return []*command{
 		initCommand(), lockCommand(), permitCommand(), runOnceCommand(), electCommand(),
-		holderCommand(), statusCommand(), versionCommand(),
+		holderCommand(), statusCommand(), semaphoreCommand(), versionCommand(),
 	}
 }
 

@@ -51,6 +51,15 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
+// shortTime writes an RFC 3339 time of formatTime to the millisecond, for
+// tables.
+func shortTime(s string) string {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	return s
+}
+
 // writeJSON writes v as one line.
 func writeJSON(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)

@@ -17,10 +17,11 @@ func permitCommand() *command {
 spannerlock permit [flags] SEMAPHORE`,
 		help: `
 Like lock, with one of the permits of SEMAPHORE instead of a lock: at most
-as many holders as the semaphore has permits run at once. The semaphore must
-be declared with its number of permits, by the spannerlock_semaphore
-Terraform resource or lease.Client.SetPermits. Each permit has its own
-fencing token in SPANNERLOCK_TOKEN; SPANNERLOCK_NAME is SEMAPHORE.
+as many holders as the semaphore has permits run at once. The semaphore
+must be declared with its number of permits, by 'spannerlock semaphore
+set', the spannerlock_semaphore Terraform resource or
+lease.Client.SetPermits. Each permit has its own fencing token in
+SPANNERLOCK_TOKEN; SPANNERLOCK_NAME is SEMAPHORE.
 
 Exit status, environment, signals and the handling of a lost permit are as
 for lock.
@@ -53,8 +54,7 @@ func runPermit(a *app, args []string) error {
 			},
 			explain: func(err error) error {
 				if errors.Is(err, lease.ErrUnknownSemaphore) {
-					return fmt.Errorf("semaphore %q is not declared in table %s: declare it and its number of permits with the "+
-						"spannerlock_semaphore Terraform resource (or lease.Client.SetPermits from Go)", name, c.table)
+					return undeclared(c, name)
 				}
 				return err
 			},

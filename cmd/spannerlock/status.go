@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -169,11 +168,7 @@ func printStatus(w io.Writer, st statusJSON) error {
 			if l.Slot != nil {
 				kind = fmt.Sprintf("%s %d", kind, *l.Slot)
 			}
-			expires := l.ExpiresAt
-			if t, err := time.Parse(time.RFC3339Nano, l.ExpiresAt); err == nil {
-				expires = t.Format("2006-01-02T15:04:05.000Z07:00")
-			}
-			say(tw, "%s\t%s\t%s\t%d\t%s\n", printable(l.Name), kind, printable(l.HolderID), l.Token, expires)
+			say(tw, "%s\t%s\t%s\t%d\t%s\n", printable(l.Name), kind, printable(l.HolderID), l.Token, shortTime(l.ExpiresAt))
 		}
 		_ = tw.Flush() // into a strings.Builder, which cannot fail
 	}

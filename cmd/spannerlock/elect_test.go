@@ -110,3 +110,30 @@ func jsonNumber(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// --restart runs CMD again while this process leads, under the same
+// token, until a stopping signal; --value is published with the leadership
+// and shown by holder and --observe.
+func TestElectRestartAndValue(t *testing.T) {
+	c := newCLI(t)
+	leader := c.start("elect", "--restart", "--value", "10.0.0.7:8080", "scheduler", "--shell", "--",
+		`echo "$SPANNERLOCK_TOKEN" >> runs; exit 3`)
+	waitFor(t, "CMD to run a second time", func() bool { return len(c.lines("runs")) >= 2 })
+	if runs := c.lines("runs"); runs[0] != runs[1] {
+		t.Fatalf("the runs had tokens %q: a restart must stay in the same leadership", runs)
+	}
+	r := c.expect(0, "holder", "scheduler")
+	if !strings.Contains(r.stdout, `"value":"10.0.0.7:8080"`) {
+		t.Errorf("holder does not show the value:\n%s", r.stdout)
+	}
+	w := c.start("elect", "--observe", "scheduler")
+	waitFor(t, "the leader line", func() bool { return strings.Contains(w.stdout.String(), "\n") })
+	if !strings.Contains(w.stdout.String(), "value 10.0.0.7:8080") {
+		t.Errorf("--observe does not show the value: %q", w.stdout.String())
+	}
+	w.signal(syscall.SIGTERM)
+	w.expect(0)
+	leader.signal(syscall.SIGTERM)
+	leader.expect(128 + int(syscall.SIGTERM))
+	c.expect(exitNoHolder, "holder", "scheduler")
+}

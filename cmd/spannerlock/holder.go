@@ -25,7 +25,8 @@ reads the lease as the spannerlock_leader Terraform data source does
    "expires_at":"2026-11-23T04:41:41.654321Z"}
 
 token is the fencing token (a JSON number); times are RFC 3339 in UTC, on
-Spanner's clock. expires_at is when the lease expires unless renewed.
+Spanner's clock. expires_at is when the lease expires unless renewed. A
+leader that published a value (elect --value) has it in "value".
 
 Examples:
   spannerlock holder deploy

@@ -22,6 +22,9 @@ type holderJSON struct {
 	AcquiredAt string `json:"acquired_at"`
 	RenewedAt  string `json:"renewed_at"`
 	ExpiresAt  string `json:"expires_at"`
+	// Value is the value published with the lease (elect --value), when
+	// there is one.
+	Value string `json:"value,omitempty"`
 }
 
 func toJSON(h lease.Holder) holderJSON {
@@ -32,6 +35,7 @@ func toJSON(h lease.Holder) holderJSON {
 		AcquiredAt: formatTime(h.AcquiredAt),
 		RenewedAt:  formatTime(h.RenewedAt),
 		ExpiresAt:  formatTime(h.ExpiresAt),
+		Value:      string(h.Payload),
 	}
 }
 

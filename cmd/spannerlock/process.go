@@ -104,6 +104,8 @@ type runOutcome struct {
 	// lost reports that the lease ended before CMD exited, so CMD was
 	// stopped (or may have run on after the lease was gone).
 	lost bool
+	// stoppedBy is the last stopping signal spannerlock passed on to CMD.
+	stoppedBy os.Signal
 }
 
 // runChild runs CMD under l until CMD and every process it left in its
@@ -164,6 +166,9 @@ func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration,
 			if s, ok := sig.(syscall.Signal); ok {
 				c.signal(s)
 			}
+			if stopping(sig) {
+				out.stoppedBy = sig
+			}
 		case <-check.C:
 			if d := l.Deadline(); !d.Equal(sent) {
 				c.guard.setDeadline(d)
@@ -209,7 +214,7 @@ func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration,
 		case <-giveUp:
 			log.Warn("processes of CMD's group survived SIGKILL; not waiting for them", "pgid", c.pgid)
 			if exited != nil {
-				out = runOutcome{status: 128 + int(syscall.SIGKILL), lost: true}
+				out.status, out.lost = 128+int(syscall.SIGKILL), true
 			}
 			return out, nil
 		case <-c.gone:

@@ -20,8 +20,9 @@ const reaperArg = "__spannerlock_reaper"
 var errNoProcessGroups = errors.New("running a command under a lease needs Linux, macOS or another Unix")
 
 type runOutcome struct {
-	status int
-	lost   bool
+	status    int
+	lost      bool
+	stoppedBy os.Signal
 }
 
 func reaperMain([]string) int {

@@ -89,6 +89,12 @@ func TestSemaphoreCommand(t *testing.T) {
 			}
 		}
 
+		// holder on a semaphore lists its permits in use.
+		r = c.expect(0, "holder", "crawlers")
+		if !strings.Contains(r.stdout, `"holder_id":"crawler-1"`) || !strings.Contains(r.stdout, `"kind":"permit"`) || strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("holder on a semaphore with one permit in use:\n%s", r.stdout)
+		}
+
 		r = c.expect(0, "semaphore", "set", "crawlers", "1")
 		if !strings.Contains(r.stderr, "it had 2") {
 			t.Errorf("lowering the limit: %s", r.stderr)
@@ -97,5 +103,9 @@ func TestSemaphoreCommand(t *testing.T) {
 		holder.signal(syscall.SIGTERM)
 		holder.expect(128 + int(syscall.SIGTERM))
 		c.expect(0, "permit", "--try", "crawlers", "--", "true")
+		r = c.expect(exitNoHolder, "holder", "crawlers")
+		if !strings.Contains(r.stderr, `nobody holds a permit of semaphore "crawlers"`) {
+			t.Errorf("holder on an idle semaphore:\n%s", r.stderr)
+		}
 	})
 }

@@ -140,17 +140,24 @@ func newStatus(table string, holders []lease.Holder, sems []lease.Semaphore) sta
 	st := statusJSON{Table: table, Leases: []statusLeaseJSON{}, Semaphores: []semaphoreJSON{}}
 	inUse := map[string]int{}
 	for _, h := range holders {
-		l := statusLeaseJSON{holderJSON: toJSON(h), Kind: h.Kind}
 		if h.Kind != lockKind {
-			l.Slot = &h.Slot
 			inUse[h.Name]++
 		}
-		st.Leases = append(st.Leases, l)
+		st.Leases = append(st.Leases, statusLeaseOf(h))
 	}
 	for _, s := range sems {
 		st.Semaphores = append(st.Semaphores, semaphoreJSON{Name: s.Name, Permits: s.Permits, InUse: inUse[s.Name]})
 	}
 	return st
+}
+
+// statusLeaseOf is h as status lists it.
+func statusLeaseOf(h lease.Holder) statusLeaseJSON {
+	l := statusLeaseJSON{holderJSON: toJSON(h), Kind: h.Kind}
+	if h.Kind != lockKind {
+		l.Slot = &h.Slot
+	}
+	return l
 }
 
 // lockKind is lease.Holder.Kind of a lock.

@@ -181,3 +181,29 @@ func TestScriptThatCannotRun(t *testing.T) {
 		}
 	}
 }
+
+// help TOPIC covers what no command's help does; the overview lists the
+// topics, and an unknown one is named with the ones there are.
+func TestHelpTopics(t *testing.T) {
+	dir := t.TempDir()
+	overview := run(t, dir, env(""), nil, "help")
+	for _, topic := range helpTopics() {
+		if !strings.Contains(overview.stdout, "  "+topic.name+" ") {
+			t.Errorf("the overview does not list topic %s", topic.name)
+		}
+		r := run(t, dir, env(""), nil, "help", topic.name)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "spannerlock help "+topic.name+": ") {
+			t.Errorf("help %s: exit %d, stdout %q", topic.name, r.code, r.stdout)
+		}
+	}
+	r := run(t, dir, env(""), nil, "help", "exit-status")
+	for _, want := range []string{"75 ", "76 ", "77 ", "--conflict-exit-code", "--done-exit-code"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("help exit-status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = run(t, dir, env(""), nil, "help", "nosuch")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "exit-status, environment, signals, durations") {
+		t.Errorf("help nosuch: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

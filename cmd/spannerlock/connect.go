@@ -94,8 +94,6 @@ func (a *app) checkSettings() error {
 		return usageError("--database %q is not a database path like projects/P/instances/I/databases/D", g.database)
 	case g.ttl < lease.MinTTL || g.ttl > lease.MaxTTL:
 		return usageError("--ttl %s is outside [%s, %s]", g.ttl, lease.MinTTL, lease.MaxTTL)
-	case g.logFormat != "text" && g.logFormat != "json":
-		return usageError("--log-format %q: the format is text or json", g.logFormat)
 	case g.maxOutage <= 0:
 		return usageError("--max-outage %s must be positive", g.maxOutage)
 	case g.poll < minPollInterval:

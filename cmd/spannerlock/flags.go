@@ -71,7 +71,7 @@ func (a *app) newFlagSet(name string) *flag.FlagSet {
 		"give up with exit status 1 once every call to Spanner has failed for want of an answer for this long "+
 			"(before Spanner first answers: "+connectTimeout.String()+"); status --watch keeps trying")
 	fs.BoolVar(&g.verbose, "verbose", g.verbose, "log what spannerlock does to stderr")
-	fs.StringVar(&g.logFormat, "log-format", g.logFormat, "`format` of the log lines on stderr: text or json")
+	fs.Var(choiceValue{p: &g.logFormat, choices: []string{"text", "json"}}, "log-format", "`format` of the log lines on stderr: text or json")
 	if name == "" {
 		fs.BoolVar(&g.version, "version", false, "print spannerlock's version and exit")
 	}
@@ -135,6 +135,10 @@ func (a *app) yields(name, other string) bool {
 // there is no "--"). On -h or --help it prints the command's help and
 // returns errHelp.
 func (a *app) parse(fs *flag.FlagSet, args []string) (positional, argv []string, err error) {
+	if a.describe != nil {
+		*a.describe = fs
+		return nil, nil, errHelp
+	}
 	if i := slices.Index(args, "--"); i >= 0 {
 		args, argv = args[:i], args[i+1:]
 		if argv == nil {
@@ -217,18 +221,46 @@ func noCommand(fs *flag.FlagSet, argv []string) error {
 func outputFlag(fs *flag.FlagSet, formats ...string) *string {
 	o := new(string)
 	*o = formats[0]
+	v := choiceValue{p: o, choices: formats}
 	usage := "output `format`: " + strings.Join(formats, " or ")
-	fs.StringVar(o, "o", formats[0], usage)
-	fs.StringVar(o, "output", formats[0], usage)
+	fs.Var(v, "o", usage)
+	fs.Var(v, "output", usage)
 	return o
 }
 
-func checkOutput(o string, formats ...string) error {
-	if !slices.Contains(formats, o) {
-		return usageError("-o %q: the output format is %s", o, strings.Join(formats, " or "))
+// choiceValue is a flag that takes one of a few words.
+type choiceValue struct {
+	p       *string
+	choices []string
+}
+
+func (v choiceValue) String() string {
+	if v.p == nil {
+		return ""
 	}
+	return *v.p
+}
+
+func (v choiceValue) Set(s string) error {
+	if !slices.Contains(v.choices, s) {
+		return fmt.Errorf("%q: it is %s", s, strings.Join(v.choices, " or "))
+	}
+	*v.p = s
 	return nil
 }
+
+// exitStatusSummary is the overview's short form of 'help exit-status'.
+const exitStatusSummary = `CMD's own status when spannerlock ran CMD, or 128+N if CMD died of signal N
+0      success
+1      spannerlock failed (Spanner unreachable, table missing, permission denied)
+2      wrong command line
+3      holder: nobody holds NAME
+75     --try or --timeout found it held (--conflict-exit-code)
+76     the lease was lost while CMD ran; CMD was stopped
+77     run-once: the slot was done already; CMD did not run (--done-exit-code)
+126    CMD could not be started
+127    CMD was not found
+128+N  interrupted by signal N while waiting, before CMD started`
 
 func (a *app) printOverview(w io.Writer) {
 	var b strings.Builder
@@ -247,35 +279,24 @@ Commands:
 	_ = tw.Flush() // into a strings.Builder, which cannot fail
 	b.WriteString("\n")
 	writeFlags(&b, "Global flags (before the command, or among its flags):", a.newFlagSet(""), func(string) bool { return true })
+	b.WriteString("\nHelp topics:\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, t := range helpTopics() {
+		say(tw, "  %s\t%s\n", t.name, t.summary)
+	}
+	_ = tw.Flush()
+	b.WriteString("\nExit status:\n")
+	b.WriteString(indent(exitStatusSummary, "  "))
 	b.WriteString(`
-Environment:
-  SPANNERLOCK_DATABASE, SPANNERLOCK_TABLE   defaults of --database and --table
-  SPANNER_EMULATOR_HOST                     use the Spanner emulator at this host:port
-  GOOGLE_APPLICATION_CREDENTIALS            credentials; otherwise Application Default Credentials
-  OTEL_EXPORTER_OTLP_ENDPOINT               export spans and metrics to this OTLP collector (HTTP;
-                                            OTEL_EXPORTER_OTLP_PROTOCOL=grpc for gRPC); the other
-                                            OTEL_* variables work as in any OpenTelemetry SDK
-  TRACEPARENT, TRACESTATE                   when exporting: the trace a run joins; CMD gets its
-                                            own span's in these, for its own tracing to join
-
-Exit status:
-  CMD's own status when spannerlock ran CMD, or 128+N if CMD died of signal N
-  0      success, or a run-once slot that was already done
-  1      spannerlock failed (Spanner unreachable, table missing, permission denied)
-  2      wrong command line
-  3      holder: nobody holds NAME
-  75     --try found it held, or --timeout passed before it was acquired
-  76     the lease was lost while CMD ran; CMD was stopped
-  126    CMD could not be started
-  127    CMD was not found
-  128+N  interrupted by signal N while waiting, before CMD started
 
 Quick start:
   export SPANNERLOCK_DATABASE=projects/P/instances/I/databases/D
   spannerlock init
   spannerlock lock nightly-report -- ./report.sh
 
-Run 'spannerlock COMMAND --help' for a command's flags and examples.
+Every flag can also be set by SPANNERLOCK_<FLAG> (spannerlock help environment).
+Run 'spannerlock COMMAND --help' for a command's flags and examples, and
+'spannerlock help TOPIC' for a topic.
 `)
 	say(w, "%s", b.String())
 }

@@ -79,6 +79,9 @@ type app struct {
 	// conflictCode is the exit status for "held" (--conflict-exit-code),
 	// doneCode for a run-once slot done already (--done-exit-code).
 	conflictCode, doneCode int
+	// describe, when set, receives the flag set of the command instead of
+	// its being parsed (see describeCommands).
+	describe **flag.FlagSet
 	// onCommandLine and fromEnv record which flags (by their long names)
 	// the command line set, and which their environment variables set.
 	onCommandLine, fromEnv map[string]bool
@@ -116,7 +119,7 @@ type command struct {
 func commands() []*command {
 	return []*command{
 		initCommand(), lockCommand(), permitCommand(), runOnceCommand(), electCommand(),
-		holderCommand(), statusCommand(), semaphoreCommand(), versionCommand(),
+		holderCommand(), statusCommand(), semaphoreCommand(), completionCommand(), versionCommand(),
 	}
 }
 
@@ -156,9 +159,13 @@ func (a *app) main(args []string) int {
 			a.printOverview(a.stdout)
 			return exitOK
 		}
+		if t := findTopic(args[0]); t != nil {
+			printTopic(a.stdout, t)
+			return exitOK
+		}
 		c := findCommand(args[0])
 		if c == nil {
-			return a.fail(usageError("unknown command %q", args[0]))
+			return a.fail(usageError("no command or help topic %q: the topics are %s", args[0], strings.Join(topicNames(), ", ")))
 		}
 		name, args = c.name, []string{"--help"}
 	}

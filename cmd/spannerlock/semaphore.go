@@ -142,7 +142,7 @@ func (a *app) getSemaphore(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firstError(noCommand(fs, argv), checkName("NAME", name), checkOutput(*output, "text", "json")); err != nil {
+	if err := firstError(noCommand(fs, argv), checkName("NAME", name)); err != nil {
 		return err
 	}
 	c, err := a.connect()

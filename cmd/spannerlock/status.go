@@ -85,7 +85,7 @@ func runStatus(a *app, args []string) error {
 	if len(pos) > 0 {
 		return usageError("status takes no arguments, got %q", pos[0])
 	}
-	if err := firstError(noCommand(fs, argv), checkOutput(*output, "table", "json")); err != nil {
+	if err := noCommand(fs, argv); err != nil {
 		return err
 	}
 	c, err := a.connect()

@@ -294,7 +294,8 @@ func (c *conn) diagnose() error {
 	}
 	switch {
 	case !ins.Exists:
-		if err := c.collision(ctx); err != nil {
+		var taken *collisionError
+		if err := c.collision(ctx); errors.As(err, &taken) {
 			return err
 		}
 		return fmt.Errorf("table %s does not exist in %s: run '%s' to create it (or apply the spannerlock_table Terraform resource)",
@@ -314,23 +315,30 @@ func (c *conn) initCommand() string {
 	return "spannerlock --table " + c.table + " init"
 }
 
-// collision says why a lock table named c.table cannot be created in the
-// database, where other tables hold the names it needs, or it is another
-// lock table's companion: init would otherwise create a table that breaks
-// the other, or fail, and every command would keep pointing at init.
+// collision returns a *collisionError saying why a lock table named
+// c.table cannot be created in the database, where other tables hold the
+// names it needs, or it is another lock table's companion: init would
+// otherwise create a table that breaks the other, or fail, and every command
+// would keep pointing at init. It returns nil when there is none, and the
+// error of the read that would tell.
 func (c *conn) collision(ctx context.Context) error {
 	existing, err := locktable.ExistingTables(ctx, c.spanner, append([]string{c.table}, locktable.ConflictingNames(c.table)...))
 	if err != nil {
-		return nil // the command's own error says more
+		return fmt.Errorf("listing the tables of %s: %w", c.db, err)
 	}
 	exists := slices.ContainsFunc(existing, func(e string) bool { return strings.EqualFold(e, c.table) })
 	for _, e := range existing {
 		why := locktable.Conflict(c.table, e)
 		ours := slices.ContainsFunc(locktable.Companions(c.table), func(n string) bool { return strings.EqualFold(n, e) })
 		if why != "" && (!exists || !ours) {
-			return fmt.Errorf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is three "+
-				"tables, T, %s and %s: choose another --table", c.table, c.db, why, e, locktable.PermitsTable("T"), locktable.SessionsTable("T"))
+			return &collisionError{fmt.Sprintf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is three "+
+				"tables, T, %s and %s: choose another --table", c.table, c.db, why, e, locktable.PermitsTable("T"), locktable.SessionsTable("T"))}
 		}
 	}
 	return nil
 }
+
+// collisionError says why a lock table cannot be created under its name.
+type collisionError struct{ msg string }
+
+func (e *collisionError) Error() string { return e.msg }

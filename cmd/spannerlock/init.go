@@ -80,7 +80,7 @@ func (a *app) initTable(ctx context.Context, c *conn, setCleanup bool, cleanupAf
 		return c.explain(err)
 	}
 	if err := c.collision(ctx); err != nil {
-		return err
+		return c.explain(err)
 	}
 	opts := locktable.Options{CleanupAfter: ins.CleanupAfter}
 	if setCleanup {

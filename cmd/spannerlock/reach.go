@@ -55,16 +55,14 @@ func (a *app) endpoint() endpoint {
 // connection, so it is skipped there; the Spanner client's own failures
 // then say what happened (health).
 func reach(ctx context.Context, ep endpoint) error {
-	proxy, err := http.ProxyFromEnvironment(&http.Request{URL: &url.URL{Scheme: "https", Host: ep.addr}})
-	if err != nil || proxy != nil {
-		return nil
+	if proxy, err := http.ProxyFromEnvironment(&http.Request{URL: &url.URL{Scheme: "https", Host: ep.addr}}); err == nil && proxy == nil {
+		d := net.Dialer{Timeout: connectTimeout}
+		conn, err := d.DialContext(ctx, "tcp", ep.addr)
+		if err != nil {
+			return fmt.Errorf("cannot connect to Spanner at %s: %w", ep, err)
+		}
+		_ = conn.Close()
 	}
-	d := net.Dialer{Timeout: connectTimeout}
-	conn, err := d.DialContext(ctx, "tcp", ep.addr)
-	if err != nil {
-		return fmt.Errorf("cannot connect to Spanner at %s: %w", ep, err)
-	}
-	_ = conn.Close()
 	return nil
 }
 

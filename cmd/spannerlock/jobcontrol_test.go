@@ -140,3 +140,27 @@ func TestJobControlPipelineCtrlZ(t *testing.T) {
 	sh.typeIn(`echo "rc=${PIPESTATUS[0]}"` + "\n")
 	sh.waitOutput("rc=0")
 }
+
+// Ctrl-Z while spannerlock waits for the lock stops it like any process;
+// fg continues the wait, and CMD runs once the lock is free.
+func TestJobControlWhileWaiting(t *testing.T) {
+	c := newCLI(t)
+	held, err := c.client().Acquire(testContext(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := interactiveShell(t, c)
+	sh.typeIn(`"$SPANNERLOCK" --verbose --poll-interval 100ms lock x -- sh -c 'echo "$((40+2))-ran"'` + "\n")
+	sh.waitOutput("waiting")
+	sh.typeIn("\x1a")
+	sh.waitOutput("Stopped")
+	sh.typeIn("echo prompt-$((40+2))\n")
+	sh.waitOutput("prompt-42")
+	if err := held.Release(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	sh.typeIn("fg\n")
+	sh.waitOutput("42-ran")
+	sh.typeIn(`echo "rc=$?"` + "\n")
+	sh.waitOutput("rc=0")
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -126,8 +127,9 @@ func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration,
 			takeTerminalBack()
 		}
 	}()
-	jobs := notifyJobControl()
-	defer jobs.stop()
+	jobs := a.sigs.jobs
+	jobs.start()
+	defer jobs.done()
 	var (
 		out       runOutcome
 		leaseDone = l.Context().Done()
@@ -242,23 +244,67 @@ func lostBefore(c *child, l *lease.Lease, lostSeen time.Time) bool {
 	return !c.exitedAt.Before(l.Deadline()) || !lostSeen.IsZero() && !c.exitedAt.Before(lostSeen)
 }
 
-// jobControl receives the job-control signals while CMD runs: SIGTSTP,
-// which spannerlock passes on to CMD (and stops once CMD has stopped), and
-// SIGCONT, after which CMD continues.
+// jobControl receives the job-control signals from start-up on: Go's
+// runtime handles SIGTSTP for good once asked to, so spannerlock does what
+// the default action would. While CMD runs (between start and done),
+// SIGTSTP and SIGCONT go to runChild: spannerlock passes SIGTSTP on to CMD
+// and stops once CMD has, and after SIGCONT continues CMD. Otherwise
+// SIGTSTP stops spannerlock, as it would any process.
 type jobControl struct {
 	suspend, resumed chan os.Signal
+
+	mu      sync.Mutex
+	running bool
 }
 
 func notifyJobControl() *jobControl {
 	j := &jobControl{suspend: make(chan os.Signal, 1), resumed: make(chan os.Signal, 1)}
-	signal.Notify(j.suspend, syscall.SIGTSTP)
-	signal.Notify(j.resumed, syscall.SIGCONT)
+	raw := make(chan os.Signal, 4)
+	signal.Notify(raw, syscall.SIGTSTP, syscall.SIGCONT)
+	go j.route(raw)
 	return j
 }
 
-func (j *jobControl) stop() {
-	signal.Stop(j.suspend)
-	signal.Stop(j.resumed)
+func (j *jobControl) route(raw <-chan os.Signal) {
+	for sig := range raw {
+		j.mu.Lock()
+		running := j.running
+		j.mu.Unlock()
+		to := j.resumed
+		switch {
+		case sig == syscall.SIGTSTP && !running:
+			stopThread(syscall.SIGSTOP)
+			continue
+		case !running:
+			continue
+		case sig == syscall.SIGTSTP:
+			to = j.suspend
+		}
+		select {
+		case to <- sig:
+		default: // one pending says it all
+		}
+	}
+}
+
+// start routes the signals to runChild until done.
+func (j *jobControl) start() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.running = true
+	// Drop what a run before this one left.
+	for _, ch := range []chan os.Signal{j.suspend, j.resumed} {
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}
+
+func (j *jobControl) done() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.running = false
 }
 
 // stopSelf stops spannerlock as CMD was stopped, so that the shell sees the

@@ -33,3 +33,8 @@ func reaperMain([]string) int {
 func (a *app) runChild(*lease.Lease, *childSpec, time.Duration, *slog.Logger) (runOutcome, error) {
 	return runOutcome{}, exitWith(exitCannotRun, "%v", errNoProcessGroups)
 }
+
+// jobControl is Unix job control; there is none here.
+type jobControl struct{}
+
+func notifyJobControl() *jobControl { return &jobControl{} }

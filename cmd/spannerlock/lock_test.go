@@ -500,3 +500,17 @@ func TestVerboseLog(t *testing.T) {
 		t.Errorf("the log does not say that CMD exited 3 (%v) and the lock was released (%v):\n%s", exited, released, r.stderr)
 	}
 }
+
+// A --timeout too short for Spanner to answer is not "held": on a free lock
+// spannerlock either acquires it in time or says that Spanner did not
+// answer within the timeout (exit 1); it never exits 75.
+func TestLockTimeoutShorterThanAnAnswer(t *testing.T) {
+	c := newCLI(t)
+	r := c.run("lock", "--timeout", "10ms", "free", "--", "true")
+	switch {
+	case r.code == 0:
+	case r.code == exitFailure && strings.Contains(r.stderr, "no answer from Spanner at ") && strings.Contains(r.stderr, "within --timeout 10ms"):
+	default:
+		t.Fatalf("lock --timeout 10ms on a free lock: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}

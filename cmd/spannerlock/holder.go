@@ -19,7 +19,9 @@ on stdout, and nothing else there; it exits 3 when nobody holds NAME. It
 reads the lease as the spannerlock_leader Terraform data source does
 (lease.Client.Holder), so the two never disagree. For a semaphore (or a
 pool of worker IDs) NAME it prints one object per permit (worker ID) in
-use, as status -o json lists them: with "kind" and "slot".
+use, as status -o json lists them: with "kind" and "slot". For a run-once
+JOB it prints the runner of each slot running now, with "kind":"run_once",
+"job" and "slot" (the slot's time).
 
   {"name":"deploy","holder_id":"web-1-4242-a1b2c3","token":7,
    "acquired_at":"2026-11-23T04:40:01.123456Z",
@@ -60,9 +62,11 @@ func runHolder(a *app, args []string) error {
 		case err == nil:
 			out = []any{toJSON(h)}
 			return nil
-		case !errors.Is(err, lease.ErrNoHolder):
+		case !errors.Is(err, lease.ErrNoHolder) && !errors.Is(err, lease.ErrWrongKind):
 			return err
 		}
+		// Not a lock, or not held: a semaphore's permits, a pool's IDs or
+		// a job's running slots by that name?
 		out, err = otherHolders(ctx, c, name)
 		return err
 	})
@@ -95,6 +99,23 @@ func otherHolders(ctx context.Context, c *conn, name string) ([]any, error) {
 	if len(out) > 0 {
 		return out, nil
 	}
+	jobs, err := c.lease.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	isJob := false
+	for _, j := range jobs {
+		isJob = isJob || j.Job == name
+		if j.Job == name && j.Runner != nil {
+			out = append(out, runnerJSON{holderJSON: toJSON(*j.Runner), Kind: "run_once", Job: j.Job, Slot: formatTime(j.Slot)})
+		}
+	}
+	switch {
+	case len(out) > 0:
+		return out, nil
+	case isJob:
+		return nil, exitWith(exitNoHolder, "nobody runs a slot of job %s in table %s ('spannerlock status' lists its slots)", quote(name), c.table)
+	}
 	s, err := c.lease.Semaphore(ctx, name)
 	switch {
 	case err == nil:
@@ -102,5 +123,15 @@ func otherHolders(ctx context.Context, c *conn, name string) ([]any, error) {
 	case !errors.Is(err, lease.ErrUnknownSemaphore):
 		return nil, err
 	}
-	return nil, exitWith(exitNoHolder, "nobody holds %s in table %s (no lock, semaphore permit or worker ID by that name is held)", quote(name), c.table)
+	return nil, exitWith(exitNoHolder, "nobody holds %s in table %s (no lock, semaphore permit, worker ID or run-once slot by that name is held)",
+		quote(name), c.table)
+}
+
+// runnerJSON is the runner of a run-once slot as holder prints it: the
+// fields of holder (name is the slot's lock), its kind, the job and the slot.
+type runnerJSON struct {
+	holderJSON
+	Kind string `json:"kind"`
+	Job  string `json:"job"`
+	Slot string `json:"slot"`
 }

@@ -28,12 +28,17 @@ runs it.
 
   - The first process to take the slot runs CMD and, if CMD succeeds, records
     the slot as done.
-  - A process that finds the slot done exits 0 without running CMD.
-  - A process that finds the slot running elsewhere waits: it exits 0 once
+  - A process that finds the slot done exits 77 without running CMD
+    (--done-exit-code sets another status, 0 for instance).
+  - A process that finds the slot running elsewhere waits: it exits 77 once
     the slot is done there, or runs CMD itself if that run fails or its
-    process dies (after its lease expires).
+    process dies (after its lease expires). With --try it exits 75 at once
+    instead, and with --timeout once that has passed.
   - If CMD fails, run-once exits with CMD's status and leaves the slot for a
-    later call.
+    later call. With --max-failures N, a slot whose runs failed N times, on
+    any host (a run that crashed or was broken counts), is not run again:
+    run-once exits 1 saying so. 'spannerlock status' lists each job's slots,
+    done, running or failed, with their runs.
 
 --slot takes an RFC 3339 time. --every takes the slot of a schedule aligned
 to the clock that is current now: --every 1h at 03:00:05 is the slot 03:00 UTC,
@@ -58,15 +63,18 @@ Examples:
 func runRunOnce(a *app, args []string) error {
 	fs := a.newFlagSet("run-once")
 	var (
-		wait  waitFlags
-		cf    childFlags
-		slotS string
-		every time.Duration
+		wait        waitFlags
+		cf          childFlags
+		slotS       string
+		every       time.Duration
+		maxFailures int
 	)
 	wait.register(a, fs, "the slot is running elsewhere")
 	cf.register(fs)
 	fs.Var(exitCodeValue{&a.doneCode}, "done-exit-code",
 		"exit with this `status` instead of 77 when the slot is done already, here or elsewhere, so CMD did not run")
+	fs.IntVar(&maxFailures, "max-failures", 0, "do not run a slot whose runs, on any host, failed (or crashed, or were broken) this many `times`: "+
+		"exit 1 instead (default: no limit)")
 	fs.StringVar(&slotS, "slot", "", "the slot, an RFC 3339 `time` such as 2026-11-23T03:00:00Z")
 	durationVar(fs, &every, "every", 0, "take the current slot of a schedule with this `interval` (30m, 1h, 1d), aligned to the clock (UTC)")
 	job, argv, err := a.parseOne(fs, args, "JOB")
@@ -75,6 +83,9 @@ func runRunOnce(a *app, args []string) error {
 	}
 	if err := firstError(wait.check(a), cf.check(), checkName("JOB", job)); err != nil {
 		return err
+	}
+	if maxFailures < 0 {
+		return usageError("--max-failures %d must not be negative", maxFailures)
 	}
 	slot, err := parseSlot(slotS, every, time.Now())
 	if err != nil {
@@ -98,7 +109,7 @@ func runRunOnce(a *app, args []string) error {
 	defer end()
 	slotName := formatTime(slot)
 	var gate startGate
-	lockName := job + "@" + slot.UTC().Format(time.RFC3339Nano)
+	lockName := lease.JobSlotName(job, slot)
 	if !wait.try && c.log.Enabled(ctx, slog.LevelInfo) {
 		if h, err := c.lease.Holder(ctx, lockName); err == nil {
 			c.log.Info("waiting: job "+quote(job)+" slot "+slotName+" is running elsewhere", "holder_id", h.HolderID, "token", h.Token)
@@ -116,7 +127,7 @@ func runRunOnce(a *app, args []string) error {
 				return errAbandoned
 			}
 			return a.runSlot(ctx, c, job, slotName, spec, cf.killAfter, end)
-		})
+		}, lease.WithMaxFailures(maxFailures))
 		return outcome{ran}, err
 	})
 	ran := o.ran
@@ -146,6 +157,9 @@ func runRunOnce(a *app, args []string) error {
 		return c.explain(err)
 	case outage(ctx) != nil:
 		return outage(ctx)
+	case errors.Is(err, lease.ErrTooManyFailures):
+		return exitWith(exitFailure, "job %s slot %s failed %d times or more, so it does not run again (--max-failures %d); "+
+			"'spannerlock status' lists its runs: %v", quote(job), slotName, maxFailures, maxFailures, err)
 	case errors.As(context.Cause(ctx), &busy):
 		return a.conflict("job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, busy)
 	case errors.Is(err, lease.ErrNotAcquired):

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"syscall"
@@ -182,4 +183,70 @@ func TestRunOnceTry(t *testing.T) {
 		t.Fatal("--try on an open slot did not run CMD")
 	}
 	c.expect(exitAlreadyDone, "run-once", "--try", "job", "--slot", slot, "--", "touch", "again")
+}
+
+// --max-failures stops running a slot whose runs failed that many times, on
+// any host; status lists each job's slots, done, running or failed, with
+// their runs, and holder JOB prints the runner of a running slot.
+func TestRunOnceMaxFailuresStatusAndHolder(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		const failing = "2026-11-23T04:00:00Z"
+		c.expect(3, "run-once", "--max-failures", "2", "job", "--slot", failing, "--", "sh", "-c", "echo run >> runs; exit 3")
+		c.expect(3, "run-once", "--max-failures", "2", "job", "--slot", failing, "--", "sh", "-c", "echo run >> runs; exit 3")
+		r := c.expect(exitFailure, "run-once", "--max-failures", "2", "job", "--slot", failing, "--", "sh", "-c", "echo run >> runs; exit 3")
+		if len(c.lines("runs")) != 2 || !strings.Contains(r.stderr, "failed 2 times or more, so it does not run again (--max-failures 2)") {
+			t.Fatalf("runs %q; stderr:\n%s", c.lines("runs"), r.stderr)
+		}
+		c.expect(0, "run-once", "job", "--slot", slot, "--", "true")
+		runner := c.start("--holder-id", "runner-1", "run-once", "job", "--slot", "2026-11-23T05:00:00Z", "--shell", "--",
+			"echo ready > ready; sleep 300 & wait")
+		c.waitFile("ready")
+
+		r = c.expect(0, "holder", "job")
+		var h struct {
+			HolderID string `json:"holder_id"`
+			Kind     string `json:"kind"`
+			Job      string `json:"job"`
+			Slot     string `json:"slot"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &h); err != nil || h.HolderID != "runner-1" || h.Kind != "run_once" || h.Job != "job" ||
+			h.Slot != "2026-11-23T05:00:00Z" {
+			t.Errorf("holder job: %q (%v)", r.stdout, err)
+		}
+
+		r = c.expect(0, "status", "-o", "json")
+		var st struct {
+			Jobs []struct {
+				Job         string          `json:"job"`
+				Slot        string          `json:"slot"`
+				Done        bool            `json:"done"`
+				CompletedAt *string         `json:"completed_at"`
+				Runs        int64           `json:"runs"`
+				Failures    int64           `json:"failures"`
+				Runner      json.RawMessage `json:"runner"`
+			} `json:"jobs"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Jobs) != 3 {
+			t.Fatalf("status -o json: %q (%v)", r.stdout, err)
+		}
+		done, failed, running := st.Jobs[0], st.Jobs[1], st.Jobs[2]
+		if done.Slot != slot || !done.Done || done.CompletedAt == nil || done.Runs != 1 || done.Failures != 0 || string(done.Runner) != "null" {
+			t.Errorf("the done slot: %+v", done)
+		}
+		if failed.Slot != failing || failed.Done || failed.Runs != 2 || failed.Failures != 2 {
+			t.Errorf("the failed slot: %+v", failed)
+		}
+		if running.Done || !strings.Contains(string(running.Runner), `"holder_id":"runner-1"`) {
+			t.Errorf("the running slot: %+v", running)
+		}
+		r = c.expect(0, "status")
+		for _, want := range []string{"JOB", "SLOT", "STATE", "done at ", "failed, open", "running on runner-1"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("the status table lacks %q:\n%s", want, r.stdout)
+			}
+		}
+		runner.signal(syscall.SIGTERM)
+		runner.expect(128 + int(syscall.SIGTERM))
+	})
 }

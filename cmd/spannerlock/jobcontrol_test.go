@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 // Ctrl-Z stops CMD and spannerlock together, as a shell stops the
@@ -163,4 +165,29 @@ func TestJobControlWhileWaiting(t *testing.T) {
 	sh.waitOutput("42-ran")
 	sh.typeIn(`echo "rc=$?"` + "\n")
 	sh.waitOutput("rc=0")
+}
+
+// On a terminal, break says who holds the lease and breaks it only when the
+// answer is yes.
+func TestBreakAsksOnATerminal(t *testing.T) {
+	c := newCLI(t)
+	lc := c.client(lease.WithHolderID("stuck-host"))
+	if _, err := lc.Acquire(testContext(t), "deploy"); err != nil {
+		t.Fatal(err)
+	}
+	term := newTerminal(t, c, `"$SPANNERLOCK" break deploy; echo "rc=$?"
+		"$SPANNERLOCK" break deploy; echo "rc=$?"`)
+	term.waitOutput(`lock "deploy" is held by stuck-host`)
+	term.waitOutput("Break it? [y/N] ")
+	term.typeIn("n\n")
+	term.waitOutput("rc=1")
+	if h := holderOf(t, lc, "deploy"); h == nil {
+		t.Fatal("break broke the lock although the answer was no")
+	}
+	waitFor(t, "the second question", func() bool { return strings.Count(term.out.String(), "Break it? [y/N] ") == 2 })
+	term.typeIn("y\n")
+	term.waitOutput("rc=0")
+	if h := holderOf(t, lc, "deploy"); h != nil {
+		t.Fatalf("still held by %q after yes", h.HolderID)
+	}
 }

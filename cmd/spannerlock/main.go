@@ -119,7 +119,7 @@ type command struct {
 func commands() []*command {
 	return []*command{
 		initCommand(), lockCommand(), permitCommand(), runOnceCommand(), electCommand(),
-		holderCommand(), statusCommand(), semaphoreCommand(), completionCommand(), versionCommand(),
+		holderCommand(), statusCommand(), semaphoreCommand(), breakCommand(), completionCommand(), versionCommand(),
 	}
 }
 

@@ -254,7 +254,7 @@ const exitStatusSummary = `CMD's own status when spannerlock ran CMD, or 128+N i
 0      success
 1      spannerlock failed (Spanner unreachable, table missing, permission denied)
 2      wrong command line
-3      holder: nobody holds NAME
+3      holder, break: nobody holds NAME
 75     --try or --timeout found it held (--conflict-exit-code)
 76     the lease was lost while CMD ran; CMD was stopped
 77     run-once: the slot was done already; CMD did not run (--done-exit-code)

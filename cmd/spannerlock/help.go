@@ -64,7 +64,7 @@ The exit status is the contract for scripts and cron wrappers:
          denied; the message says what to do
   2      wrong command line (CMD's own 2 passes through without spannerlock's
          usage hint)
-  3      holder: nobody holds NAME
+  3      holder, break: nobody holds NAME
   75     --try or --timeout found it held: Spanner said so, and the message
          names the holder (--conflict-exit-code N replaces 75); a Spanner
          that did not answer is 1, never 75

@@ -30,7 +30,7 @@ const (
 	exitFailure = 1
 	// exitUsage: the command line is wrong.
 	exitUsage = 2
-	// exitNoHolder: `holder` found nobody holding the name.
+	// exitNoHolder: `holder` or `break` found nobody holding the name.
 	exitNoHolder = 3
 	// exitNotAcquired: --try or --timeout found the name held; a Spanner
 	// that did not answer is exitFailure, never this.

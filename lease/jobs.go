@@ -39,15 +39,11 @@ func (c *Client) Jobs(ctx context.Context) ([]JobSlot, error) {
 		if err := r.scan(sr, append(r.lockFields(), &completedAt)...); err != nil {
 			return err
 		}
-		i := strings.LastIndex(r.name, "@")
-		if i < 0 {
-			return nil
-		}
-		slot, err := time.Parse(time.RFC3339Nano, r.name[i+1:])
-		if err != nil || JobSlotName(r.name[:i], slot) != r.name {
+		job, slot, ok := parseJobSlotName(r.name)
+		if !ok {
 			return nil // not a name RunOnce makes
 		}
-		j := JobSlot{Job: r.name[:i], Slot: slot, Done: r.completed, CompletedAt: completedAt.Time, Runs: r.attempts.Int64}
+		j := JobSlot{Job: job, Slot: slot, Done: r.completed, CompletedAt: completedAt.Time, Runs: r.attempts.Int64}
 		j.Failures = j.Runs
 		if j.Done {
 			j.Failures--
@@ -65,4 +61,18 @@ func (c *Client) Jobs(ctx context.Context) ([]JobSlot, error) {
 		return nil, c.st.explain(err)
 	}
 	return slots, nil
+}
+
+// parseJobSlotName is JobSlotName's inverse: it reports whether name is one
+// that JobSlotName makes, and from which job and slot.
+func parseJobSlotName(name string) (job string, slot time.Time, ok bool) {
+	i := strings.LastIndex(name, "@")
+	if i < 0 {
+		return "", time.Time{}, false
+	}
+	slot, err := time.Parse(time.RFC3339Nano, name[i+1:])
+	if err != nil || JobSlotName(name[:i], slot) != name {
+		return "", time.Time{}, false
+	}
+	return name[:i], slot, true
 }

@@ -380,11 +380,11 @@ func (k *keeper) deadlinePassed(s *session) {
 // said the row is gone, the row is written as expired in the background, so
 // that the leases it still makes live in Spanner (a renewal whose reply was
 // lost may have extended it) are free for others at once rather than
-// within a TTL. It reports whether this call ended the session.
-func (k *keeper) endSession(s *session, reason lossReason, why string) bool {
+// within a TTL.
+func (k *keeper) endSession(s *session, reason lossReason, why string) {
 	ended, mayBeLive := s.end(reason)
 	if !ended {
-		return false
+		return
 	}
 	k.ended.add(s.id)
 	if mayBeLive && reason != lossSessionGone {
@@ -395,7 +395,6 @@ func (k *keeper) endSession(s *session, reason lossReason, why string) bool {
 			l.lose(reason, why)
 		}
 	}
-	return true
 }
 
 // abandon gives up on a session whose row's fate is unknown: a creating

@@ -47,11 +47,11 @@ func newLockModel() *lockModel {
 	return &lockModel{txns: map[string]*modelTxn{}, last: map[string]*modelTxn{}, commits: map[string]int{}}
 }
 
-// committed returns how many transactions tagged tag committed.
-func (m *lockModel) committed(tag string) int {
+// renewalsCommitted returns how many renewal transactions committed.
+func (m *lockModel) renewalsCommitted() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.commits[tag]
+	return m.commits["spannerlock-renew"]
 }
 
 // modelTxn is one read-write transaction as the model sees it.
@@ -175,7 +175,7 @@ type pending struct {
 // before records a request about to be sent. For a Commit it waits while
 // an older transaction holds a lock on a row the Commit writes, and wounds
 // younger ones; it returns an error when the RPC must fail unsent.
-func (m *lockModel) before(ctx context.Context, method string, req any, tag string) pending {
+func (m *lockModel) before(ctx context.Context, req any, tag string) pending {
 	if m == nil {
 		return pending{}
 	}

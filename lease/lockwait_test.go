@@ -50,7 +50,7 @@ func TestAStalledReleaseDoesNotHoldUpRenewals(t *testing.T) {
 		anchor := mustAcquire(t, ctx, a, "anchor")
 		x := mustAcquire(t, ctx, a, "x")
 
-		before := m.committed("spannerlock-renew")
+		before := m.renewalsCommitted()
 		f.arm(func(r rpc) bool { return r.tag == "spannerlock-release" }, map[int]fault{0: holdsLocks})
 		if err := x.Release(ctx); err == nil {
 			t.Fatal("a Release whose transaction stalled reported success")
@@ -59,7 +59,7 @@ func TestAStalledReleaseDoesNotHoldUpRenewals(t *testing.T) {
 			t.Fatalf("the stall hit %d times: %v", hits, trace)
 		}
 		checkRenewedThrough(t, m, anchor)
-		if m.committed("spannerlock-renew") == before {
+		if m.renewalsCommitted() == before {
 			t.Fatal("no renewal committed while the release stalled")
 		}
 	})
@@ -83,7 +83,7 @@ func TestARivalsStalledAcquisitionDoesNotHoldUpTheHoldersRenewals(t *testing.T) 
 			t.Fatalf("rival TryAcquire(x): %v, want ErrNotAcquired", err)
 		}
 
-		before := m.committed("spannerlock-renew")
+		before := m.renewalsCommitted()
 		// The rival's acquisition reads x's row, then stalls.
 		f.arm(func(r rpc) bool { return r.tag == "spannerlock-acquire" }, map[int]fault{0: holdsLocks})
 		if _, err := rival.TryAcquire(ctx, "x"); err == nil {
@@ -91,7 +91,7 @@ func TestARivalsStalledAcquisitionDoesNotHoldUpTheHoldersRenewals(t *testing.T) 
 		}
 		f.disarm()
 		checkRenewedThrough(t, m, x)
-		if m.committed("spannerlock-renew") == before {
+		if m.renewalsCommitted() == before {
 			t.Fatal("no renewal committed while the rival stalled")
 		}
 	})
@@ -114,7 +114,7 @@ func TestALongGuardedTransactionDoesNotHoldUpRenewals(t *testing.T) {
 			[]string{"name", "renewed_at"}, []any{"x", time.Now().Add(-2 * time.Hour)})})
 		fatalIf(t, err, "age x's row")
 
-		before := m.committed("spannerlock-renew")
+		before := m.renewalsCommitted()
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err = sc.ReadWriteTransactionWithOptions(tctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
@@ -122,7 +122,7 @@ func TestALongGuardedTransactionDoesNotHoldUpRenewals(t *testing.T) {
 				return err
 			}
 			// The application works for a while, its transaction open.
-			for m.committed("spannerlock-renew") < before+2 {
+			for m.renewalsCommitted() < before+2 {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -131,6 +131,6 @@ func TestALongGuardedTransactionDoesNotHoldUpRenewals(t *testing.T) {
 			return nil
 		}, spanner.TransactionOptions{TransactionTag: "app"})
 		checkRenewedThrough(t, m, x)
-		fatalIf(t, err, "the guarded transaction (renewals that committed while it ran: %d)", m.committed("spannerlock-renew")-before)
+		fatalIf(t, err, "the guarded transaction (renewals that committed while it ran: %d)", m.renewalsCommitted()-before)
 	})
 }

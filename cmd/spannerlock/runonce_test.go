@@ -187,7 +187,8 @@ func TestRunOnceTry(t *testing.T) {
 
 // --max-failures stops running a slot whose runs failed that many times, on
 // any host; status lists each job's slots, done, running or failed, with
-// their runs, and holder JOB prints the runner of a running slot.
+// their runs (the table shows a job's last slot done, not the ones before
+// it), and holder JOB prints the runner of a running slot.
 func TestRunOnceMaxFailuresStatusAndHolder(t *testing.T) {
 	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
 		c := newCLIIn(t, d)
@@ -198,6 +199,8 @@ func TestRunOnceMaxFailuresStatusAndHolder(t *testing.T) {
 		if len(c.lines("runs")) != 2 || !strings.Contains(r.stderr, "failed 2 times or more, so it does not run again (--max-failures 2)") {
 			t.Fatalf("runs %q; stderr:\n%s", c.lines("runs"), r.stderr)
 		}
+		const earlier = "2026-11-23T02:00:00Z"
+		c.expect(0, "run-once", "job", "--slot", earlier, "--", "true")
 		c.expect(0, "run-once", "job", "--slot", slot, "--", "true")
 		runner := c.start("--holder-id", "runner-1", "run-once", "job", "--slot", "2026-11-23T05:00:00Z", "--shell", "--",
 			"echo ready > ready; sleep 300 & wait")
@@ -227,10 +230,13 @@ func TestRunOnceMaxFailuresStatusAndHolder(t *testing.T) {
 				Runner      json.RawMessage `json:"runner"`
 			} `json:"jobs"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Jobs) != 3 {
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Jobs) != 4 {
 			t.Fatalf("status -o json: %q (%v)", r.stdout, err)
 		}
-		done, failed, running := st.Jobs[0], st.Jobs[1], st.Jobs[2]
+		if st.Jobs[0].Slot != earlier || !st.Jobs[0].Done {
+			t.Errorf("the earlier done slot: %+v", st.Jobs[0])
+		}
+		done, failed, running := st.Jobs[1], st.Jobs[2], st.Jobs[3]
 		if done.Slot != slot || !done.Done || done.CompletedAt == nil || done.Runs != 1 || done.Failures != 0 || string(done.Runner) != "null" {
 			t.Errorf("the done slot: %+v", done)
 		}
@@ -241,10 +247,13 @@ func TestRunOnceMaxFailuresStatusAndHolder(t *testing.T) {
 			t.Errorf("the running slot: %+v", running)
 		}
 		r = c.expect(0, "status")
-		for _, want := range []string{"JOB", "SLOT", "STATE", "done at ", "failed, open", "running on runner-1"} {
+		for _, want := range []string{"JOB", "SLOT", "STATE", slot, "done at ", "failed, open", "running on runner-1"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("the status table lacks %q:\n%s", want, r.stdout)
 			}
+		}
+		if strings.Contains(r.stdout, earlier) {
+			t.Errorf("the status table shows a slot done before the job's last slot done:\n%s", r.stdout)
 		}
 		runner.signal(syscall.SIGTERM)
 		runner.expect(128 + int(syscall.SIGTERM))

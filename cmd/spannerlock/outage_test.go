@@ -73,6 +73,27 @@ func TestEndpointThatNeverAnswers(t *testing.T) {
 	}
 }
 
+// --timeout bounds the whole call, connecting included: against an endpoint
+// that never answers, lock, permit and run-once give up when their --timeout
+// passes (not at the few seconds a connection gets without one), with exit
+// status 1 naming the endpoint: never 75, since nobody was seen holding.
+func TestTimeoutBoundsTheConnection(t *testing.T) {
+	addr := droppingListener(t)
+	envv := append(env("projects/p/instances/i/databases/d"), "SPANNER_EMULATOR_HOST="+addr)
+	for _, args := range [][]string{
+		{"lock", "--timeout", "1s", "x", "--", "true"},
+		{"permit", "--timeout", "1s", "sem", "--", "true"},
+		{"run-once", "--timeout", "1s", "job", "--every", "1h", "--", "true"},
+	} {
+		start := time.Now()
+		r := run(t, t.TempDir(), envv, nil, args...)
+		t.Logf("%v: exit %d after %s", args, r.code, time.Since(start).Round(time.Millisecond))
+		if r.code != exitFailure || !strings.Contains(r.stderr, "no answer from Spanner at "+addr+" (SPANNER_EMULATOR_HOST) within --timeout 1s") {
+			t.Errorf("%v against an endpoint that never answers: exit %d, stderr:\n%s\nwant exit 1, no answer within --timeout 1s", args, r.code, r.stderr)
+		}
+	}
+}
+
 // droppingListener accepts connections on a loopback port and closes them
 // at once, until the test ends.
 func droppingListener(t *testing.T) string {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -112,15 +113,30 @@ func jsonNumber(v any) string {
 }
 
 // --restart runs CMD again while this process leads, under the same
-// token, until a stopping signal; --value is published with the leadership
-// and shown by holder and --observe.
+// token, after a backoff that doubles from 1s (so a CMD that fails at once
+// is not run in a tight loop), until a stopping signal; --value is
+// published with the leadership and shown by holder and --observe.
 func TestElectRestartAndValue(t *testing.T) {
 	c := newCLI(t)
 	leader := c.start("elect", "--restart", "--value", "10.0.0.7:8080", "scheduler", "--shell", "--",
-		`echo "$SPANNERLOCK_TOKEN" >> runs; exit 3`)
-	waitFor(t, "CMD to run a second time", func() bool { return len(c.lines("runs")) >= 2 })
-	if runs := c.lines("runs"); runs[0] != runs[1] {
-		t.Fatalf("the runs had tokens %q: a restart must stay in the same leadership", runs)
+		`echo "$SPANNERLOCK_TOKEN $(date +%s.%N)" >> runs; exit 3`)
+	waitFor(t, "CMD to run a third time", func() bool { return len(c.lines("runs")) >= 3 })
+	var tokens []string
+	var at []float64
+	for _, line := range c.lines("runs")[:3] {
+		var token string
+		var when float64
+		if _, err := fmt.Sscan(line, &token, &when); err != nil {
+			t.Fatalf("run line %q: %v", line, err)
+		}
+		tokens, at = append(tokens, token), append(at, when)
+	}
+	if tokens[0] != tokens[1] || tokens[1] != tokens[2] {
+		t.Fatalf("the runs had tokens %q: a restart must stay in the same leadership", tokens)
+	}
+	// Lower bounds only: a loaded machine makes the gaps longer, never shorter.
+	if first, second := at[1]-at[0], at[2]-at[1]; first < 0.9 || second < 1.9 {
+		t.Errorf("CMD ran again after %.2fs and then %.2fs; want a backoff of 1s, then 2s", first, second)
 	}
 	r := c.expect(0, "holder", "scheduler")
 	if !strings.Contains(r.stdout, `"value":"10.0.0.7:8080"`) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,4 +120,24 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// break on an election ends the leader's term: the leader's CMD gets
+// SIGTERM at its next renewal, and its spannerlock campaigns again, so the
+// next term (its own here, with no rival) runs CMD under a larger token.
+func TestBreakLeadership(t *testing.T) {
+	c := newCLI(t)
+	leader := c.start("--holder-id", "leader", "--ttl", "3s", "elect", "scheduler", "--shell", "--",
+		`echo "$SPANNERLOCK_TOKEN" >> terms; trap 'echo term >> terms; exit 0' TERM; sleep 300 & wait`)
+	waitFor(t, "the first term", func() bool { return len(c.lines("terms")) == 1 })
+	if r := c.expect(0, "break", "scheduler"); !strings.Contains(r.stderr, `Broke lock "scheduler": it was held by leader`) {
+		t.Errorf("break does not say who led:\n%s", r.stderr)
+	}
+	waitFor(t, "the next term", func() bool { return len(c.lines("terms")) == 3 })
+	terms := c.lines("terms")
+	if terms[1] != "term" || mustAtoi(t, terms[2]) <= mustAtoi(t, terms[0]) {
+		t.Fatalf("terms %q: want the first CMD terminated, then a term with a larger token", terms)
+	}
+	leader.signal(syscall.SIGTERM)
+	leader.expect(0) // CMD's status: it exits 0 on SIGTERM
 }

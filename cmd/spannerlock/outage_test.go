@@ -290,3 +290,23 @@ func TestOutageWhileLeading(t *testing.T) {
 		t.Fatalf("CMD (pid %d) outlived the leader", pid)
 	}
 }
+
+// elect --observe, watching a leader, gives up like a waiting command once
+// Spanner has not answered for --max-outage: exit 1, naming the endpoint,
+// instead of printing nothing for as long as it runs.
+func TestOutageWhileObserving(t *testing.T) {
+	c := newCLI(t)
+	if _, err := c.client(lease.WithHolderID("the-leader")).Acquire(testContext(t), "scheduler"); err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t)
+	w := start(t, c.dir, c.through(p), nil, "--max-outage", "2s", "--poll-interval", "100ms", "elect", "--observe", "scheduler")
+	waitFor(t, "the leader line", func() bool { return strings.Contains(w.stdout.String(), "the-leader leads") })
+	t0 := time.Now()
+	p.cutOff()
+	w.expect(exitFailure)
+	t.Logf("exit 1 %s after the cut", time.Since(t0).Round(time.Millisecond))
+	if !strings.Contains(w.stderr.String(), "no answer from Spanner at "+p.addr()) || !strings.Contains(w.stderr.String(), "for 2s (--max-outage)") {
+		t.Errorf("stderr does not name the endpoint and --max-outage:\n%s", w.stderr)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -190,4 +191,30 @@ func TestBreakAsksOnATerminal(t *testing.T) {
 	if h := holderOf(t, lc, "deploy"); h != nil {
 		t.Fatalf("still held by %q after yes", h.HolderID)
 	}
+}
+
+// A job stopped with Ctrl-Z for longer than the TTL loses its lease, and
+// CMD, stopped as it is, does not outlive the lease: the reaper ends it at
+// the lease's local deadline (SIGTERM cannot reach a stopped process, so
+// SIGKILL after --kill-after), before a rival can acquire. fg then ends
+// the job with 76.
+func TestJobStoppedPastTTL(t *testing.T) {
+	c := newCLI(t)
+	sh := interactiveShell(t, c)
+	sh.typeIn(`"$SPANNERLOCK" --holder-id job --ttl 2s lock --kill-after 1s tty -- sh -c 'echo $$ > child; echo "$((40+2))-started"; sleep 300'` + "\n")
+	sh.waitOutput("42-started")
+	c.waitFile("child")
+	child := c.pid("child")
+	sh.typeIn("\x1a") // Ctrl-Z
+	sh.waitOutput("Stopped")
+	rival := c.client(lease.WithHolderID("rival"), lease.WithPollInterval(50*time.Millisecond))
+	if _, err := rival.Acquire(testContext(t), "tty"); err != nil {
+		t.Fatal(err)
+	}
+	if !dead(child) {
+		t.Fatalf("the stopped job's CMD (pid %d) is alive while a rival holds its lock", child)
+	}
+	sh.typeIn("fg\n")
+	sh.typeIn(`echo "rc=$?"` + "\n")
+	sh.waitOutput("rc=76")
 }

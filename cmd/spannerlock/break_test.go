@@ -86,6 +86,16 @@ func TestBreakPermitAndSlot(t *testing.T) {
 	}
 	waitFor(t, "the broken permit's lease to end", func() bool { return p.Context().Err() != nil })
 
+	// A worker ID of a pool is broken as a permit is, by its ID.
+	w, err := lc.AcquireWorkerID(testContext(t), "pool", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.expect(0, "break", "--permit", "0", "pool"); !strings.Contains(r.stderr, `Broke permit 0 of "pool": it was held by app`) {
+		t.Errorf("break of a worker ID does not say who held it:\n%s", r.stderr)
+	}
+	waitFor(t, "the broken worker ID's lease to end", func() bool { return w.Context().Err() != nil })
+
 	slotTime := mustParseTime(t, slot)
 	running, stop := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)

@@ -259,3 +259,22 @@ func TestRunOnceMaxFailuresStatusAndHolder(t *testing.T) {
 		runner.expect(128 + int(syscall.SIGTERM))
 	})
 }
+
+// A run whose process was killed counts as a failed run for --max-failures,
+// as its help says: once the dead runner's lease expires, a call with
+// --max-failures 1 does not run the slot again.
+func TestRunOnceCrashCountsAsFailure(t *testing.T) {
+	c := newCLI(t)
+	first := c.start("--ttl", "2s", "run-once", "job", "--slot", slot, "--shell", "--", "echo run >> runs; sleep 300")
+	waitFor(t, "the first run", func() bool { return len(c.lines("runs")) == 1 })
+	first.signal(syscall.SIGKILL)
+	first.wait()
+	r := c.expect(exitFailure, "--poll-interval", "100ms", "run-once", "--max-failures", "1", "job", "--slot", slot, "--shell", "--", "echo run >> runs")
+	if len(c.lines("runs")) != 1 || !strings.Contains(r.stderr, "--max-failures 1") {
+		t.Fatalf("runs %q after a crashed run; stderr:\n%s", c.lines("runs"), r.stderr)
+	}
+	c.expect(0, "--poll-interval", "100ms", "run-once", "job", "--slot", slot, "--shell", "--", "echo run >> runs")
+	if len(c.lines("runs")) != 2 {
+		t.Fatalf("runs %q: without --max-failures the slot runs", c.lines("runs"))
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
@@ -107,12 +109,16 @@ func TestJobControlPipeline(t *testing.T) {
 }
 
 // When spannerlock is killed with SIGKILL while CMD has the terminal, CMD's
-// group dies with it and the terminal goes back to the shell that ran
-// spannerlock, which can read it again.
+// group dies with it and the reaper gives the terminal back to the shell
+// that ran spannerlock, which can read it again. The shell learns of the
+// death when the reaper does, so a script that reads the terminal at once
+// may find it still with CMD's group for a moment: this one waits until the
+// terminal is back. (A shell with job control takes it back itself.)
 func TestTerminalBackAfterSIGKILL(t *testing.T) {
 	c := newCLI(t)
 	term := newTerminal(t, c, `"$SPANNERLOCK" lock tty -- sh -c 'echo $$ > child; echo ready; exec sleep 300'
 		echo "rc=$?"
+		while [ ! -e go ]; do sleep 0.05; done
 		read b; echo "after:$b"`)
 	term.waitOutput("ready")
 	cmd := c.pid("child")
@@ -120,6 +126,14 @@ func TestTerminalBackAfterSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	term.waitOutput("rc=137")
+	shell := term.cmd.Process.Pid // a session leader: its group's ID is its pid
+	waitFor(t, "the terminal to be the shell's again", func() bool {
+		fg, err := unix.IoctlGetInt(int(term.master.Fd()), unix.TIOCGPGRP)
+		return err == nil && fg == shell
+	})
+	if err := touch(c, "go"); err != nil {
+		t.Fatal(err)
+	}
 	term.typeIn("world\n")
 	term.waitOutput("after:world")
 	waitFor(t, "CMD to die with spannerlock", func() bool { return dead(cmd) })

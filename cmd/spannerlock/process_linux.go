@@ -248,14 +248,16 @@ func reaperMain(args []string) int {
 	guard := newGroupGuard(pid, killAfter)
 	commands := readCommands(control)
 
-	// orphaned kills CMD's group once spannerlock is gone, and gives the
-	// terminal back to spannerlock's group if CMD's had it, so that the
-	// shell that ran spannerlock can read it again.
+	// orphaned gives the terminal back to spannerlock's group if CMD's had
+	// it, so that the shell that ran spannerlock can read it again, and
+	// kills CMD's group once spannerlock is gone. The terminal goes first:
+	// the shell learned of spannerlock's death when the reaper did, and may
+	// be reading already.
 	orphaned := func() int {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		if fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP); err == nil && fg == pid && parentGroup > 0 {
 			giveTerminal(parentGroup)
 		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return exitFailure
 	}
 	exited := false

@@ -63,7 +63,7 @@ func (c *conn) readWithin(ctx context.Context, timeout time.Duration, fn func(ct
 		return outage(ctx)
 	case ctx.Err() != nil:
 		return err
-	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+	case deadlinePassed(rctx):
 		return c.health.noAnswer(" within --timeout "+formatDuration(timeout), err)
 	}
 	return c.explain(err)

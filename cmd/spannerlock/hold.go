@@ -101,7 +101,7 @@ func (a *app) acquire(ctx context.Context, c *conn, f waitFlags, acq acquisition
 			}
 		}
 	}
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+	timedOut := deadlinePassed(ctx)
 	if sig := end(); sig != nil {
 		if err == nil {
 			a.release(c, l)

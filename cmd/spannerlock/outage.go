@@ -121,6 +121,19 @@ func outage(ctx context.Context) error {
 	return nil
 }
 
+// deadlinePassed reports whether ctx's deadline has passed (--timeout).
+// It does not wait for ctx to end: on a loaded machine the timer that ends
+// it may run after a call to Spanner already failed with DeadlineExceeded at
+// that deadline (gRPC refuses to start a call whose deadline is past), and
+// that failure is the timeout, not an outage.
+func deadlinePassed(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
+}
+
 // abandonGrace is how long spannerlock waits, once a command's context has
 // ended (--timeout, --max-outage, a signal), for a call to Spanner to return.
 // A call returns at once then, except one caught in the Spanner client's

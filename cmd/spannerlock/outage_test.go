@@ -310,3 +310,35 @@ func TestOutageWhileObserving(t *testing.T) {
 		t.Errorf("stderr does not name the endpoint and --max-outage:\n%s", w.stderr)
 	}
 }
+
+// A call that failed at the --timeout deadline is the timeout, also when
+// the context's timer has not ended the context yet (a loaded machine):
+// spannerlock then says "within --timeout" rather than blaming Spanner.
+func TestDeadlinePassed(t *testing.T) {
+	past := timerNotFired{Context: context.Background(), deadline: time.Now().Add(-time.Millisecond)}
+	if !deadlinePassed(past) {
+		t.Error("a context whose deadline passed, before its timer ended it, is not past its deadline")
+	}
+	if deadlinePassed(timerNotFired{Context: context.Background(), deadline: time.Now().Add(time.Hour)}) {
+		t.Error("a context whose deadline is an hour away is past it")
+	}
+	if deadlinePassed(context.Background()) {
+		t.Error("a context without a deadline is past it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	if !deadlinePassed(ctx) {
+		t.Error("an expired context is not past its deadline")
+	}
+}
+
+// timerNotFired is a context whose deadline may have passed but which has
+// not ended: how a context.WithTimeout looks between its deadline and the
+// moment its timer runs.
+type timerNotFired struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c timerNotFired) Deadline() (time.Time, bool) { return c.deadline, true }

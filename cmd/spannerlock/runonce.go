@@ -131,7 +131,7 @@ func runRunOnce(a *app, args []string) error {
 		return outcome{ran}, err
 	})
 	ran := o.ran
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+	timedOut := deadlinePassed(ctx)
 	if sig := end(); sig != nil && !gate.started() {
 		return interrupted(sig)
 	}

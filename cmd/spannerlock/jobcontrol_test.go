@@ -3,6 +3,10 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,4 +235,52 @@ func TestJobStoppedPastTTL(t *testing.T) {
 	sh.typeIn("fg\n")
 	sh.typeIn(`echo "rc=$?"` + "\n")
 	sh.waitOutput("rc=76")
+}
+
+// spannerlock paused just as it starts CMD, before it could pass the lease's
+// deadline on to the reaper itself, still has CMD stopped at that deadline:
+// the reaper has the deadline before CMD starts. (The test stops
+// spannerlock as soon as the reaper is forked, which is before the reaper
+// has started CMD in all but the rarest schedules.) The reaper exits once
+// CMD's group is gone, so CMD, which would sleep for 300s, is gone when the
+// reaper is; and it is gone before a rival acquires.
+func TestPausedAsCMDStarts(t *testing.T) {
+	c := newCLI(t)
+	p := c.start("--ttl", "2s", "lock", "x", "--shell", "--", `trap 'exit 0' TERM; echo $$ > child; sleep 300 & wait`)
+	spannerlock := p.cmd.Process.Pid
+	deadline := time.Now().Add(conditionTimeout)
+	var reaper []int
+	for reaper = childrenOf(spannerlock); len(reaper) == 0; reaper = childrenOf(spannerlock) {
+		if time.Now().After(deadline) {
+			t.Fatal("spannerlock started no reaper")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.signal(syscall.SIGSTOP)
+	waitFor(t, fmt.Sprintf("the reaper (pid %d) to stop CMD at the lease's deadline, and exit, while spannerlock is paused", reaper[0]),
+		func() bool { return dead(reaper[0]) })
+	if c.exists("child") && !dead(c.pid("child")) {
+		t.Fatalf("CMD (pid %d) outlived its reaper", c.pid("child"))
+	}
+	rival := c.client(lease.WithHolderID("rival"), lease.WithPollInterval(50*time.Millisecond))
+	if _, err := rival.Acquire(testContext(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGCONT)
+	p.expect(exitLost)
+}
+
+// childrenOf returns the children of process pid, from all its threads.
+func childrenOf(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, field := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(field); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }

@@ -117,7 +117,7 @@ type runOutcome struct {
 // stop and continue together, as the processes of a shell's job do.
 func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration, log *slog.Logger) (runOutcome, error) {
 	terminal := controllingTerminal() && aloneInGroup()
-	c, err := startChild(spec, killAfter, terminal && foregroundGroup())
+	c, err := startChild(spec, killAfter, terminal && foregroundGroup(), l.Deadline())
 	if err != nil {
 		return runOutcome{}, err
 	}

@@ -29,7 +29,9 @@ func reaperMain([]string) int {
 	return exitUsage
 }
 
-func startChild(spec *childSpec, killAfter time.Duration, foreground bool) (*child, error) {
+// startChild starts CMD with a guard that has deadline, the lease's local
+// deadline, from the start.
+func startChild(spec *childSpec, killAfter time.Duration, foreground bool, deadline time.Time) (*child, error) {
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	if foreground {
 		attr.Foreground, attr.Ctty = true, 0
@@ -43,7 +45,9 @@ func startChild(spec *childSpec, killAfter time.Duration, foreground bool) (*chi
 	ctl := &localGuard{commands: make(chan guardCommand), gone: gone}
 	c := &child{pgid: pid, exited: make(chan struct{}), gone: gone, stopped: make(chan syscall.Signal, 1),
 		foreground: foreground, guard: ctl}
-	go ctl.run(c, newGroupGuard(pid, killAfter))
+	guard := newGroupGuard(pid, killAfter)
+	guard.setDeadline(deadline)
+	go ctl.run(c, guard)
 	go func() {
 		// Reaped here, not by cmd.Wait, to see CMD stop as well as exit.
 		for {

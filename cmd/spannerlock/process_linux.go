@@ -49,7 +49,10 @@ const reaperArg = "__spannerlock_reaper"
 // group after CMD exited, when no SIGCHLD says so.
 const reaperPoll = 50 * time.Millisecond
 
-func startChild(spec *childSpec, killAfter time.Duration, foreground bool) (*child, error) {
+// startChild starts CMD through the reaper, whose guard has deadline, the
+// lease's local deadline, before CMD starts: spannerlock may be paused from
+// the moment CMD runs, before it passes on a deadline of its own.
+func startChild(spec *childSpec, killAfter time.Duration, foreground bool, deadline time.Time) (*child, error) {
 	reports, reportW, err := os.Pipe()
 	if err != nil {
 		return nil, exitWith(exitCannotRun, "starting %s: %v", spec.argv[0], err)
@@ -72,6 +75,9 @@ func startChild(spec *childSpec, killAfter time.Duration, foreground bool) (*chi
 	reaper.Stdin, reaper.Stdout, reaper.Stderr = os.Stdin, os.Stdout, os.Stderr
 	reaper.ExtraFiles = []*os.File{reportW, controlR}
 	reaper.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	// In the pipe before the reaper starts, so read before CMD can run long.
+	guard := &reaperControl{w: control}
+	guard.setDeadline(deadline)
 	err = reaper.Start()
 	_ = reportW.Close()
 	_ = controlR.Close()
@@ -98,7 +104,7 @@ func startChild(spec *childSpec, killAfter time.Duration, foreground bool) (*chi
 	}
 	pid, _ := strconv.Atoi(value)
 	c := &child{pgid: pid, exited: make(chan struct{}), gone: make(chan struct{}), stopped: make(chan syscall.Signal, 1),
-		foreground: foreground, guard: &reaperControl{w: control}}
+		foreground: foreground, guard: guard}
 	go func() {
 		defer close(c.gone)
 		defer func() { _ = control.Close() }()

@@ -115,6 +115,8 @@ func (a *app) acquire(ctx context.Context, c *conn, f waitFlags, acq acquisition
 		return nil, outage(ctx)
 	case errors.Is(err, lease.ErrNotAcquired) && f.try:
 		return nil, a.conflict("%s; --try does not wait", busy)
+	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
+		return nil, c.health.noAnswer(" within --timeout "+formatDuration(f.timeout.d)+" (before that: "+busy+")", err)
 	case errors.Is(err, lease.ErrNotAcquired):
 		return nil, a.conflict("gave up after --timeout %s: %s", formatDuration(f.timeout.d), busy)
 	case timedOut:

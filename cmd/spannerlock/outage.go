@@ -134,6 +134,17 @@ func deadlinePassed(ctx context.Context) bool {
 	return ok && !time.Now().Before(deadline)
 }
 
+// unansweredBeforeDeadline reports whether every call to Spanner has failed
+// for want of an answer since before ctx's deadline (--timeout). A timeout
+// then is the outage's, whatever Spanner said before it stopped answering:
+// what it said may no longer hold. A call that failed at the deadline
+// failed for the deadline, and says nothing about Spanner.
+func unansweredBeforeDeadline(ctx context.Context, h *health) bool {
+	since, _, _, failing := h.failing()
+	deadline, ok := ctx.Deadline()
+	return failing && ok && since.Before(deadline)
+}
+
 // abandonGrace is how long spannerlock waits, once a command's context has
 // ended (--timeout, --max-outage, a signal), for a call to Spanner to return.
 // A call returns at once then, except one caught in the Spanner client's

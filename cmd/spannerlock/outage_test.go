@@ -342,3 +342,29 @@ type timerNotFired struct {
 }
 
 func (c timerNotFired) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// A --timeout that passes while Spanner has not answered since before it is
+// the outage's (exit 1), even when Spanner said "held" earlier; calls that
+// failed only at the deadline failed for it, and leave "held" (75) standing.
+func TestUnansweredBeforeDeadline(t *testing.T) {
+	now := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), now)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		h    *health
+		want bool
+	}{
+		{"answering", &health{answered: true}, false},
+		{"failing since before the deadline", &health{answered: true, failingSince: now.Add(-3 * time.Second)}, true},
+		{"failing since the deadline", &health{answered: true, failingSince: now}, false},
+		{"failing since after the deadline", &health{answered: true, failingSince: now.Add(time.Millisecond)}, false},
+	} {
+		if got := unansweredBeforeDeadline(ctx, tc.h); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if unansweredBeforeDeadline(context.Background(), &health{failingSince: now}) {
+		t.Error("without a deadline (no --timeout), an outage is --max-outage's business")
+	}
+}

@@ -162,6 +162,8 @@ func runRunOnce(a *app, args []string) error {
 			"'spannerlock status' lists its runs: %v", quote(job), slotName, maxFailures, maxFailures, err)
 	case errors.As(context.Cause(ctx), &busy):
 		return a.conflict("job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, busy)
+	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
+		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d)+" (before that, it ran elsewhere: "+runnerOf(err)+")", err)
 	case errors.Is(err, lease.ErrNotAcquired):
 		return a.conflict("gave up after --timeout %s: job %s slot %s is running elsewhere (%s)",
 			formatDuration(wait.timeout.d), quote(job), slotName, runnerOf(err))

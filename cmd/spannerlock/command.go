@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"io/fs"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // childSpec is CMD as spannerlock runs it.
@@ -48,7 +52,56 @@ func (a *app) prepareCommand(argv []string, shell bool) (*childSpec, error) {
 	case err != nil:
 		return nil, exitWith(exitCannotRun, "cannot run %s: %v", argv[0], err)
 	}
+	if err := checkExecutable(argv[0], path); err != nil {
+		return nil, err
+	}
 	return &childSpec{path: path, argv: argv, env: a.environ}, nil
+}
+
+// checkExecutable finds what would make exec refuse path, which LookPath
+// does not check: a script without a #! line (a shell runs one with
+// /bin/sh, exec does not), or one whose #! line names an interpreter that
+// is not there. A file it cannot read, or in a format it does not know, is
+// left to exec.
+func checkExecutable(name, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	switch {
+	case bytes.HasPrefix(head, []byte("#!")):
+		line, _, _ := bytes.Cut(head[2:], []byte("\n"))
+		fields := strings.Fields(string(line))
+		if len(fields) == 0 {
+			return exitWith(exitCannotRun, "cannot run %s: its #! line names no interpreter", name)
+		}
+		st, err := os.Stat(fields[0])
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return exitWith(exitCannotRun, "cannot run %s: its #! line names the interpreter %s, which is not an executable file here", name, fields[0])
+		}
+	case n > 0 && !bytes.HasPrefix(head, []byte("\x7fELF")) && looksLikeText(head):
+		return exitWith(exitCannotRun, "cannot run %s: it is a script without a #! line, which only a shell runs: add #!/bin/sh "+
+			"(or its interpreter) as its first line, or run it as sh %s", name, name)
+	}
+	return nil
+}
+
+// looksLikeText reports whether the start of a file is text: no NUL, and
+// UTF-8 but for a last character the read may have cut in two.
+func looksLikeText(head []byte) bool {
+	if bytes.IndexByte(head, 0) >= 0 {
+		return false
+	}
+	for cut := 0; cut < utf8.UTFMax && cut < len(head); cut++ {
+		if utf8.Valid(head[:len(head)-cut]) {
+			return true
+		}
+	}
+	return false
 }
 
 // with returns the spec with vars (KEY=value) added to CMD's environment,
@@ -75,7 +128,7 @@ type childFlags struct {
 }
 
 func (f *childFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second,
+	durationVar(fs, &f.killAfter, "kill-after", 10*time.Second,
 		"if the lease is lost while CMD runs, or CMD leaves processes behind, SIGKILL its process group this long after SIGTERM")
 	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined with spaces by /bin/sh -c (default: run CMD directly)")
 }

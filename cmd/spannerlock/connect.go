@@ -10,9 +10,12 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
@@ -31,13 +34,15 @@ const defaultReadTimeout = 30 * time.Second
 
 // readTimeoutFlag registers --timeout for commands that only read.
 func readTimeoutFlag(fs *flag.FlagSet) *time.Duration {
-	return fs.Duration("timeout", defaultReadTimeout, "give up with exit status 1 if Spanner has not answered within this long")
+	d := new(time.Duration)
+	durationVar(fs, d, "timeout", defaultReadTimeout, "give up with exit status 1 if Spanner has not answered within this long")
+	return d
 }
 
 // read runs one read against Spanner under the timeout, ending early at a
 // stopping signal, and explains its failure.
 func (a *app) read(c *conn, timeout time.Duration, fn func(ctx context.Context) error) error {
-	ctx, end := a.sigs.interruptible(a.ctx)
+	ctx, end := a.sigs.interruptible(c.ctx)
 	err := c.readWithin(ctx, timeout, fn)
 	if sig := end(); sig != nil {
 		return interrupted(sig)
@@ -54,10 +59,12 @@ func (c *conn) readWithin(ctx context.Context, timeout time.Duration, fn func(ct
 	switch {
 	case err == nil:
 		return nil
+	case outage(ctx) != nil:
+		return outage(ctx)
 	case ctx.Err() != nil:
 		return err
-	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("no answer from Spanner within --timeout %s: check --database, the network, or SPANNER_EMULATOR_HOST: %w", timeout, err)
+	case deadlinePassed(rctx):
+		return c.health.noAnswer(" within --timeout "+formatDuration(timeout), err)
 	}
 	return c.explain(err)
 }
@@ -68,6 +75,13 @@ type conn struct {
 	spanner   *spanner.Client
 	lease     *lease.Client
 	log       *slog.Logger
+	// health is how the endpoint has been answering.
+	health *health
+	// ctx is where the command's work runs: it ends, with an *outageError
+	// as its cause, when Spanner stops answering (see outageWatch).
+	ctx     context.Context
+	cancel  context.CancelFunc
+	outages *outageWatch
 }
 
 // checkSettings says what to do about a missing or malformed global flag.
@@ -80,8 +94,10 @@ func (a *app) checkSettings() error {
 		return usageError("--database %q is not a database path like projects/P/instances/I/databases/D", g.database)
 	case g.ttl < lease.MinTTL || g.ttl > lease.MaxTTL:
 		return usageError("--ttl %s is outside [%s, %s]", g.ttl, lease.MinTTL, lease.MaxTTL)
-	case g.poll <= 0:
-		return usageError("--poll-interval %s must be positive", g.poll)
+	case g.maxOutage <= 0:
+		return usageError("--max-outage %s must be positive", g.maxOutage)
+	case g.poll < minPollInterval:
+		return usageError("--poll-interval %s is below the minimum, %s: every waiter reads Spanner once per interval", g.poll, minPollInterval)
 	}
 	if err := locktable.ValidateTableName(g.table); err != nil {
 		return usageError("--table: %v", err)
@@ -89,32 +105,51 @@ func (a *app) checkSettings() error {
 	return nil
 }
 
+// logger logs to stderr, warnings only unless --verbose, each line with its
+// time (cron and CI logs have none of their own), as text or, with
+// --log-format json, one JSON object per line for a log collector.
 func (a *app) logger() *slog.Logger {
 	level := slog.LevelWarn
 	if a.global.verbose {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
-		Level: level,
-		// A line per event, for people; the time is the terminal's business.
-		ReplaceAttr: func(groups []string, attr slog.Attr) slog.Attr {
-			if len(groups) == 0 && attr.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return attr
-		},
-	}))
+	opts := &slog.HandlerOptions{Level: level}
+	if a.global.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
 }
 
-// connect opens a Spanner client and a lease Client on the table. Nothing
-// is read or written until a command uses them.
+// connect opens a Spanner client and a lease Client on the table, once a
+// TCP connection to Spanner's endpoint succeeded. Nothing is read or
+// written until a command uses them.
 func (a *app) connect() (*conn, error) {
+	return a.connectWithin(0)
+}
+
+// connectWithin is connect for a command with a time limit (when timeout
+// is positive): it bounds the connection, and c.ctx ends at it.
+func (a *app) connectWithin(timeout time.Duration) (c *conn, err error) {
 	if err := a.checkSettings(); err != nil {
 		return nil, err
 	}
 	if err := a.startTelemetry(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(a.ctx, timeout)
+	}
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+	}()
+	ep := a.endpoint()
+	if err := reach(ctx, ep); err != nil {
+		return nil, err
+	}
+	h := &health{ep: ep}
 	useEmulatorSettings()
 	logger := a.logger()
 	opts := []lease.Option{
@@ -125,11 +160,12 @@ func (a *app) connect() (*conn, error) {
 	if a.global.holderID != "" {
 		opts = append(opts, lease.WithHolderID(a.global.holderID))
 	}
-	// The Spanner client logs its whole configuration when it starts; that
-	// is noise on a command's stderr unless asked for.
+	// The Spanner client logs its whole configuration when it starts, and
+	// little else: noise on a command's stderr, also with --verbose.
 	clientLog := log.New(io.Discard, "", 0)
-	if a.global.verbose {
-		clientLog = log.New(a.stderr, "spanner: ", 0)
+	var clientOpts []option.ClientOption
+	for _, o := range h.dialOptions() {
+		clientOpts = append(clientOpts, option.WithGRPCDialOption(o))
 	}
 	sc, err := spanner.NewClientWithConfig(a.ctx, a.global.database, spanner.ClientConfig{
 		// One process, a few leases: one session to start with, not 100.
@@ -138,7 +174,7 @@ func (a *app) connect() (*conn, error) {
 		// Built-in metrics look for a GCP environment and export to Cloud
 		// Monitoring from a background goroutine: not for a short-lived command.
 		DisableNativeMetrics: true,
-	})
+	}, clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", a.global.database, err)
 	}
@@ -147,7 +183,9 @@ func (a *app) connect() (*conn, error) {
 		sc.Close()
 		return nil, usageError("%v", err)
 	}
-	return &conn{db: a.global.database, table: a.global.table, spanner: sc, lease: lc, log: logger}, nil
+	c = &conn{db: a.global.database, table: a.global.table, spanner: sc, lease: lc, log: logger, health: h, cancel: cancel}
+	c.ctx, c.outages = watchOutages(ctx, h, a.global.maxOutage)
+	return c, nil
 }
 
 // useEmulatorSettings turns multiplexed sessions off when talking to an
@@ -164,20 +202,58 @@ func useEmulatorSettings() {
 	}
 }
 
+// spannerCloseWait bounds the wait for the Spanner client to close: with
+// the endpoint down it waits for its own retries, and spannerlock is about
+// to exit anyway. The leases were released (or not) by then.
+const spannerCloseWait = 250 * time.Millisecond
+
 // close releases what the lease Client still holds, then the Spanner client.
+// After an outage it does not wait for releases that cannot reach Spanner
+// (the leases expire within the TTL), nor, ever, for long for the Spanner
+// client.
 func (c *conn) close() {
-	if err := c.lease.Close(); err != nil {
-		c.log.Warn("releasing leases on exit failed; they expire after the TTL", "err", err)
+	c.outages.stop()
+	c.cancel()
+	closeWait := time.Duration(0) // no bound
+	if outage(c.ctx) != nil {
+		closeWait = abandonGrace
 	}
-	c.spanner.Close()
+	runWithin(closeWait, func() {
+		if err := c.lease.Close(); err != nil {
+			c.log.Warn("releasing leases on exit failed; they expire after the TTL", "err", err)
+		}
+	})
+	runWithin(spannerCloseWait, c.spanner.Close)
+}
+
+// runWithin runs f and waits for it to return, for at most limit if positive.
+func runWithin(limit time.Duration, f func()) {
+	if limit <= 0 {
+		f()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+	}
 }
 
 // explain turns an error from Spanner into one that says what to do: a
 // missing or outdated table is diagnosed by reading the schema, a refused
-// permission names the table.
+// permission names the table, a call Spanner did not answer names the
+// endpoint and the last failure, and an outage that ended the command says
+// so.
 func (c *conn) explain(err error) error {
 	if err == nil {
 		return nil
+	}
+	if o := outage(c.ctx); o != nil {
+		return o
 	}
 	switch spanner.ErrCode(err) {
 	case codes.PermissionDenied:
@@ -190,6 +266,10 @@ func (c *conn) explain(err error) error {
 		if why := c.diagnose(); why != nil {
 			return why
 		}
+	}
+	var already *noAnswerError
+	if unanswered(err) && !errors.As(err, &already) {
+		return c.health.noAnswer("", err)
 	}
 	return err
 }
@@ -207,11 +287,58 @@ func (c *conn) diagnose() error {
 		return c.explain(err)
 	case err != nil:
 		return nil
+	}
+	if live, misspelled := ins.Misspelled(); misspelled {
+		return fmt.Errorf("table %s is spelled %s in %s, a PostgreSQL-dialect database, whose SQL names tables case-sensitively: use --table %s",
+			c.table, live, c.db, live)
+	}
+	switch {
 	case !ins.Exists:
-		return fmt.Errorf("table %s does not exist in %s: run 'spannerlock init' to create it (or apply the spannerlock_table Terraform resource)", c.table, c.db)
+		var taken *collisionError
+		if err := c.collision(ctx); errors.As(err, &taken) {
+			return err
+		}
+		return fmt.Errorf("table %s does not exist in %s: run '%s' to create it (or apply the spannerlock_table Terraform resource)",
+			c.table, c.db, c.initCommand())
 	case ins.Version < locktable.Latest:
-		return fmt.Errorf("table %s in %s is not at schema version %d (it satisfies version %d): run 'spannerlock init' to migrate it",
-			c.table, c.db, locktable.Latest, ins.Version)
+		return fmt.Errorf("table %s in %s is not at schema version %d (it satisfies version %d): run '%s' to migrate it",
+			c.table, c.db, locktable.Latest, ins.Version, c.initCommand())
 	}
 	return nil
 }
+
+// initCommand is the init that creates or migrates this table.
+func (c *conn) initCommand() string {
+	if c.table == defaultGlobalFlags().table {
+		return "spannerlock init"
+	}
+	return "spannerlock --table " + c.table + " init"
+}
+
+// collision returns a *collisionError saying why a lock table named
+// c.table cannot be created in the database, where other tables hold the
+// names it needs, or it is another lock table's companion: init would
+// otherwise create a table that breaks the other, or fail, and every command
+// would keep pointing at init. It returns nil when there is none, and the
+// error of the read that would tell.
+func (c *conn) collision(ctx context.Context) error {
+	existing, err := locktable.ExistingTables(ctx, c.spanner, append([]string{c.table}, locktable.ConflictingNames(c.table)...))
+	if err != nil {
+		return fmt.Errorf("listing the tables of %s: %w", c.db, err)
+	}
+	exists := slices.ContainsFunc(existing, func(e string) bool { return strings.EqualFold(e, c.table) })
+	for _, e := range existing {
+		why := locktable.Conflict(c.table, e)
+		ours := slices.ContainsFunc(locktable.Companions(c.table), func(n string) bool { return strings.EqualFold(n, e) })
+		if why != "" && (!exists || !ours) {
+			return &collisionError{fmt.Sprintf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is three "+
+				"tables, T, %s and %s: choose another --table", c.table, c.db, why, e, locktable.PermitsTable("T"), locktable.SessionsTable("T"))}
+		}
+	}
+	return nil
+}
+
+// collisionError says why a lock table cannot be created under its name.
+type collisionError struct{ msg string }
+
+func (e *collisionError) Error() string { return e.msg }

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +21,12 @@ type globalFlags struct {
 	holderID string
 	poll     time.Duration
 	verbose  bool
+	// maxOutage bounds how long a command goes on while Spanner does not
+	// answer.
+	maxOutage time.Duration
+	logFormat string
+	// version is --version, of spannerlock itself only.
+	version bool
 }
 
 const (
@@ -29,20 +34,21 @@ const (
 	envTable    = "SPANNERLOCK_TABLE"
 )
 
+// minPollInterval keeps a waiter from reading Spanner hundreds of times a
+// second.
+const minPollInterval = 50 * time.Millisecond
+
 func defaultGlobalFlags() globalFlags {
-	table := os.Getenv(envTable)
-	if table == "" {
-		table = "locks"
-	}
 	return globalFlags{
-		database: os.Getenv(envDatabase),
-		table:    table,
-		ttl:      10 * time.Second,
-		poll:     time.Second,
+		table:     "locks",
+		ttl:       10 * time.Second,
+		poll:      time.Second,
+		maxOutage: defaultMaxOutage,
+		logFormat: "text",
 	}
 }
 
-var globalFlagNames = []string{"database", "table", "ttl", "holder-id", "poll-interval", "verbose"}
+var globalFlagNames = []string{"database", "table", "ttl", "holder-id", "poll-interval", "max-outage", "verbose", "log-format"}
 
 // newFlagSet returns the flag set of the named command ("" for spannerlock
 // itself) with the global flags in it, so they may come before the command
@@ -55,14 +61,72 @@ func (a *app) newFlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&g.database, "database", g.database,
 		"database `path` projects/P/instances/I/databases/D (default $"+envDatabase+")")
 	fs.StringVar(&g.table, "table", g.table, "lock `table` (default $"+envTable+", else locks)")
-	fs.DurationVar(&g.ttl, "ttl", g.ttl,
+	durationVar(fs, &g.ttl, "ttl", g.ttl,
 		"how long a lease lives after its last renewal; renewed every TTL/3 while held (1s to 24h)")
 	fs.StringVar(&g.holderID, "holder-id", g.holderID,
 		"`id` recorded with the leases this process holds (default hostname-pid-random)")
-	fs.DurationVar(&g.poll, "poll-interval", g.poll,
-		"longest wait between reads of a lease held by another process, while waiting for it")
+	durationVar(fs, &g.poll, "poll-interval", g.poll,
+		"longest wait between reads of a lease held by another process, while waiting for it (at least "+minPollInterval.String()+")")
+	durationVar(fs, &g.maxOutage, "max-outage", g.maxOutage,
+		"give up with exit status 1 once every call to Spanner has failed for want of an answer for this long "+
+			"(before Spanner first answers: "+connectTimeout.String()+"); status --watch keeps trying")
 	fs.BoolVar(&g.verbose, "verbose", g.verbose, "log what spannerlock does to stderr")
+	fs.Var(choiceValue{p: &g.logFormat, choices: []string{"text", "json"}}, "log-format", "`format` of the log lines on stderr: text or json")
+	if name == "" {
+		fs.BoolVar(&g.version, "version", false, "print spannerlock's version and exit")
+	}
 	return fs
+}
+
+// envPrefix starts the environment variable of every flag: --poll-interval
+// is SPANNERLOCK_POLL_INTERVAL.
+const envPrefix = "SPANNERLOCK_"
+
+// envName is the environment variable that sets the flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// flagAliases maps a short flag to the long one it stands for: the two share
+// a value, and help lists them together.
+var flagAliases = map[string]string{"o": "output"}
+
+func canonicalFlag(name string) string {
+	if long, ok := flagAliases[name]; ok {
+		return long
+	}
+	return name
+}
+
+// applyEnv sets every flag of fs that the command line did not set from its
+// environment variable, if that is set, and records which it set. A value
+// from the environment is checked as one from the command line is; its
+// error names the variable.
+func (a *app) applyEnv(fs *flag.FlagSet) error {
+	fs.Visit(func(f *flag.Flag) { a.onCommandLine[canonicalFlag(f.Name)] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, alias := flagAliases[f.Name]; alias || err != nil || a.onCommandLine[f.Name] {
+			return
+		}
+		v, ok := a.lookupEnv(envName(f.Name))
+		if !ok {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = usageError("%s=%s: %v", envName(f.Name), v, e)
+			return
+		}
+		a.fromEnv[f.Name] = true
+	})
+	return err
+}
+
+// yields reports whether flag name, set from the environment, gives way to
+// other, set on the command line, where the two exclude each other:
+// SPANNERLOCK_TIMEOUT does not make --try a usage error.
+func (a *app) yields(name, other string) bool {
+	return a.fromEnv[name] && a.onCommandLine[other]
 }
 
 // parse parses a command's flags wherever they are before "--", so that
@@ -71,6 +135,10 @@ func (a *app) newFlagSet(name string) *flag.FlagSet {
 // there is no "--"). On -h or --help it prints the command's help and
 // returns errHelp.
 func (a *app) parse(fs *flag.FlagSet, args []string) (positional, argv []string, err error) {
+	if a.describe != nil {
+		*a.describe = fs
+		return nil, nil, errHelp
+	}
 	if i := slices.Index(args, "--"); i >= 0 {
 		args, argv = args[:i], args[i+1:]
 		if argv == nil {
@@ -83,30 +151,56 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (positional, argv []string,
 				a.printHelp(a.stdout, fs)
 				return nil, nil, errHelp
 			}
-			if len(positional) > 0 && argv == nil {
+			if len(positional) > 0 && argv == nil && runsCommand(fs.Name()) {
 				return nil, nil, usageError("%v (to run a command, put it after --: spannerlock %s %s -- CMD ARGS...)", err, fs.Name(), positional[0])
 			}
 			return nil, nil, usageError("%v", err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return positional, argv, nil
+			break
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+	if err := a.applyEnv(fs); err != nil {
+		return nil, nil, err
+	}
+	return positional, argv, nil
+}
+
+// runsCommand reports whether the named command runs a CMD after --.
+func runsCommand(name string) bool {
+	c := findCommand(name)
+	return c != nil && c.runsCMD
 }
 
 // parseOne is parse for commands that take exactly one positional argument,
-// called what.
+// called what. An argument that starts with "-" cannot come among the
+// flags; it comes right after "--", and CMD after a second "--":
+// spannerlock lock -- -x -- CMD.
 func (a *app) parseOne(fs *flag.FlagSet, args []string, what string) (arg string, argv []string, err error) {
 	pos, argv, err := a.parse(fs, args)
+	if err == nil && len(pos) == 0 && len(argv) > 0 {
+		pos = argv[:1]
+		switch rest := argv[1:]; {
+		case len(rest) == 0:
+			argv = nil
+		case rest[0] == "--":
+			argv = rest[1:]
+		case runsCommand(fs.Name()):
+			return "", nil, usageError("unexpected argument %q after %s %s: put the command to run after a second --, as in: spannerlock %s -- %s -- %s",
+				rest[0], what, quote(pos[0]), fs.Name(), pos[0], strings.Join(rest, " "))
+		default:
+			return "", nil, usageError("unexpected argument %q after %s %s", rest[0], what, quote(pos[0]))
+		}
+	}
 	switch {
 	case err != nil:
 		return "", nil, err
 	case len(pos) == 0:
 		return "", nil, usageError("%s is required", what)
-	case len(pos) > 1 && argv == nil:
+	case len(pos) > 1 && argv == nil && runsCommand(fs.Name()):
 		return "", nil, usageError("unexpected argument %q after %s: put the command to run after --, as in: spannerlock %s %s -- %s",
 			pos[1], what, fs.Name(), pos[0], strings.Join(pos[1:], " "))
 	case len(pos) > 1:
@@ -127,18 +221,46 @@ func noCommand(fs *flag.FlagSet, argv []string) error {
 func outputFlag(fs *flag.FlagSet, formats ...string) *string {
 	o := new(string)
 	*o = formats[0]
+	v := choiceValue{p: o, choices: formats}
 	usage := "output `format`: " + strings.Join(formats, " or ")
-	fs.StringVar(o, "o", formats[0], usage)
-	fs.StringVar(o, "output", formats[0], usage)
+	fs.Var(v, "o", usage)
+	fs.Var(v, "output", usage)
 	return o
 }
 
-func checkOutput(o string, formats ...string) error {
-	if !slices.Contains(formats, o) {
-		return usageError("-o %q: the output format is %s", o, strings.Join(formats, " or "))
+// choiceValue is a flag that takes one of a few words.
+type choiceValue struct {
+	p       *string
+	choices []string
+}
+
+func (v choiceValue) String() string {
+	if v.p == nil {
+		return ""
 	}
+	return *v.p
+}
+
+func (v choiceValue) Set(s string) error {
+	if !slices.Contains(v.choices, s) {
+		return fmt.Errorf("%q: it is %s", s, strings.Join(v.choices, " or "))
+	}
+	*v.p = s
 	return nil
 }
+
+// exitStatusSummary is the overview's short form of 'help exit-status'.
+const exitStatusSummary = `CMD's own status when spannerlock ran CMD, or 128+N if CMD died of signal N
+0      success
+1      spannerlock failed (Spanner unreachable, table missing, permission denied)
+2      wrong command line
+3      holder, break: nobody holds NAME
+75     --try or --timeout found it held (--conflict-exit-code)
+76     the lease was lost while CMD ran; CMD was stopped
+77     run-once: the slot was done already; CMD did not run (--done-exit-code)
+126    CMD could not be started
+127    CMD was not found
+128+N  interrupted by signal N while waiting, before CMD started`
 
 func (a *app) printOverview(w io.Writer) {
 	var b strings.Builder
@@ -157,35 +279,24 @@ Commands:
 	_ = tw.Flush() // into a strings.Builder, which cannot fail
 	b.WriteString("\n")
 	writeFlags(&b, "Global flags (before the command, or among its flags):", a.newFlagSet(""), func(string) bool { return true })
+	b.WriteString("\nHelp topics:\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, t := range helpTopics() {
+		say(tw, "  %s\t%s\n", t.name, t.summary)
+	}
+	_ = tw.Flush()
+	b.WriteString("\nExit status:\n")
+	b.WriteString(indent(exitStatusSummary, "  "))
 	b.WriteString(`
-Environment:
-  SPANNERLOCK_DATABASE, SPANNERLOCK_TABLE   defaults of --database and --table
-  SPANNER_EMULATOR_HOST                     use the Spanner emulator at this host:port
-  GOOGLE_APPLICATION_CREDENTIALS            credentials; otherwise Application Default Credentials
-  OTEL_EXPORTER_OTLP_ENDPOINT               export spans and metrics to this OTLP collector (HTTP;
-                                            OTEL_EXPORTER_OTLP_PROTOCOL=grpc for gRPC); the other
-                                            OTEL_* variables work as in any OpenTelemetry SDK
-  TRACEPARENT, TRACESTATE                   when exporting: the trace a run joins; CMD gets its
-                                            own span's in these, for its own tracing to join
-
-Exit status:
-  CMD's own status when spannerlock ran CMD, or 128+N if CMD died of signal N
-  0      success, or a run-once slot that was already done
-  1      spannerlock failed (Spanner unreachable, table missing, permission denied)
-  2      wrong command line
-  3      holder: nobody holds NAME
-  75     --try found it held, or --timeout passed before it was acquired
-  76     the lease was lost while CMD ran; CMD was stopped
-  126    CMD could not be started
-  127    CMD was not found
-  128+N  interrupted by signal N while waiting, before CMD started
 
 Quick start:
   export SPANNERLOCK_DATABASE=projects/P/instances/I/databases/D
   spannerlock init
   spannerlock lock nightly-report -- ./report.sh
 
-Run 'spannerlock COMMAND --help' for a command's flags and examples.
+Every flag can also be set by SPANNERLOCK_<FLAG> (spannerlock help environment).
+Run 'spannerlock COMMAND --help' for a command's flags and examples, and
+'spannerlock help TOPIC' for a topic.
 `)
 	say(w, "%s", b.String())
 }
@@ -210,16 +321,23 @@ func (a *app) printHelp(w io.Writer, fs *flag.FlagSet) {
 // their usage, and reports whether there were any.
 func writeFlags(b *strings.Builder, title string, fs *flag.FlagSet, keep func(string) bool) bool {
 	var list strings.Builder
+	short := map[string]string{}
+	for s, long := range flagAliases {
+		short[long] = s
+	}
 	fs.VisitAll(func(f *flag.Flag) {
-		if !keep(f.Name) {
+		if _, alias := flagAliases[f.Name]; alias || !keep(f.Name) {
 			return
 		}
 		kind, usage := flag.UnquoteUsage(f)
-		dashes := "--"
-		if len(f.Name) == 1 {
-			dashes = "-"
+		if _, ok := f.Value.(durationValue); ok && kind == "value" {
+			kind = "duration"
 		}
-		say(&list, "  %s%s", dashes, f.Name)
+		say(&list, "  ")
+		if s, ok := short[f.Name]; ok && fs.Lookup(s) != nil {
+			say(&list, "-%s, ", s)
+		}
+		say(&list, "--%s", f.Name)
 		if kind != "" {
 			say(&list, " %s", kind)
 		}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -18,57 +18,90 @@ const releaseTimeout = 5 * time.Second
 // waitFlags are the flags of commands that wait to acquire.
 type waitFlags struct {
 	try     bool
-	timeout time.Duration
+	timeout optionalDuration
 }
 
-func (f *waitFlags) register(fs *flag.FlagSet, withTry bool) {
-	if withTry {
-		fs.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if it is held")
+// register registers --try, saying what it finds (busy: "it is held"),
+// --timeout, and --conflict-exit-code, which sets a.conflictCode.
+func (f *waitFlags) register(a *app, fs *flag.FlagSet, busy string) {
+	fs.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if "+busy)
+	f.timeout.register(fs, "timeout", "give up after this long (connecting included), with exit status 75 if "+busy+
+		"; 0 tries once, as --try (default: wait until acquired)")
+	fs.Var(exitCodeValue{&a.conflictCode}, "conflict-exit-code",
+		"exit with this `status` instead of 75 when --try or --timeout finds that "+busy+" (as flock -E)")
+}
+
+// exitCodeValue is a flag that sets an exit status, 0 to 255.
+type exitCodeValue struct{ p *int }
+
+func (v exitCodeValue) String() string {
+	if v.p == nil {
+		return ""
 	}
-	fs.DurationVar(&f.timeout, "timeout", 0, "give up waiting after this long, with exit status 75 (default: wait until acquired)")
+	return strconv.Itoa(*v.p)
 }
 
-func (f *waitFlags) check() error {
+func (v exitCodeValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 255 {
+		return fmt.Errorf("%q is not an exit status from 0 to 255", s)
+	}
+	*v.p = n
+	return nil
+}
+
+// check checks the flags and makes --timeout 0 a --try, as flock -w 0 is.
+func (f *waitFlags) check(a *app) error {
 	switch {
-	case f.try && f.timeout != 0:
+	case f.try && f.timeout.set && a.yields("timeout", "try"):
+		f.timeout = optionalDuration{}
+	case f.try && f.timeout.set && a.yields("try", "timeout"):
+		f.try = false
+	case f.try && f.timeout.set:
 		return usageError("--try and --timeout exclude each other: --try does not wait")
-	case f.timeout < 0:
-		return usageError("--timeout %s must be positive", f.timeout)
+	case f.timeout.d < 0:
+		return usageError("--timeout %s must not be negative", f.timeout.d)
+	}
+	if f.timeout.set && f.timeout.d == 0 {
+		f.try, f.timeout = true, optionalDuration{}
 	}
 	return nil
 }
 
 // acquisition is one way to acquire: a lock or a permit.
 type acquisition struct {
-	// what names it for messages: `lock "deploy"`.
-	what string
 	// try acquires if it can at once; wait waits until it can.
 	try, wait func(ctx context.Context) (*lease.Lease, error)
-	// held says who holds it, when get found it held or the wait timed
-	// out: `lock "deploy" is held by ...`; "" if that cannot be read.
-	held func(ctx context.Context) string
+	// busy says what keeps it from being acquired, from the error that
+	// says so, reading more if it must and ctx lets it: `lock "deploy" is
+	// held by ...`; "" if it cannot say more than it did before.
+	busy func(ctx context.Context, err error) string
 	// explain, if set, rewords what acquire returns, to say what to do.
 	explain func(error) error
 }
 
 // acquire acquires at once, or with --try fails; otherwise it says (with
-// --verbose) what it waits for and waits until it acquires, --timeout
-// passes, or a stopping signal arrives.
-func (a *app) acquire(c *conn, f waitFlags, acq acquisition) (*lease.Lease, error) {
-	ctx, end := a.sigs.interruptible(a.ctx)
-	if f.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, f.timeout)
-		defer cancel()
-	}
-	l, err := acq.try(ctx)
-	if !f.try && errors.Is(err, lease.ErrNotAcquired) {
-		if c.log.Enabled(ctx, slog.LevelInfo) {
-			c.log.Info("waiting: " + heldBy(a.ctx, acq))
+// --verbose) what it waits for and waits until it acquires, ctx ends
+// (--timeout, an outage) or a stopping signal arrives. It exits 75 only when
+// Spanner said that the lease is held; a timeout before Spanner answered,
+// or while it failed, is an error that says so.
+func (a *app) acquire(ctx context.Context, c *conn, f waitFlags, acq acquisition) (*lease.Lease, error) {
+	ctx, end := a.sigs.interruptible(ctx)
+	l, err := within(ctx, func() (*lease.Lease, error) { return acq.try(ctx) })
+	var busy string
+	if errors.Is(err, lease.ErrNotAcquired) {
+		busy = acq.busy(ctx, err)
+		if !f.try {
+			c.log.Info("waiting: " + busy)
+			l, err = within(ctx, func() (*lease.Lease, error) { return acq.wait(ctx) })
+			if errors.Is(err, lease.ErrNotAcquired) {
+				if now := acq.busy(ctx, err); now != "" {
+					busy = now
+				}
+			}
 		}
-		l, err = acq.wait(ctx)
 	}
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+	timedOut := deadlinePassed(ctx)
 	if sig := end(); sig != nil {
 		if err == nil {
 			a.release(c, l)
@@ -78,32 +111,36 @@ func (a *app) acquire(c *conn, f waitFlags, acq acquisition) (*lease.Lease, erro
 	switch {
 	case err == nil:
 		return l, nil
-	case timedOut:
-		return nil, exitWith(exitNotAcquired, "gave up after --timeout %s: %s", f.timeout, heldBy(a.ctx, acq))
+	case outage(ctx) != nil:
+		return nil, outage(ctx)
+	case errors.Is(err, lease.ErrNotAcquired) && f.try:
+		return nil, a.conflict("%s; --try does not wait", busy)
+	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
+		return nil, c.health.noAnswer(" within --timeout "+formatDuration(f.timeout.d)+" (before that: "+busy+")", err)
 	case errors.Is(err, lease.ErrNotAcquired):
-		return nil, exitWith(exitNotAcquired, "%s; --try does not wait", heldBy(a.ctx, acq))
+		return nil, a.conflict("gave up after --timeout %s: %s", formatDuration(f.timeout.d), busy)
+	case timedOut:
+		return nil, c.health.noAnswer(" within --timeout "+formatDuration(f.timeout.d), err)
 	}
 	return nil, c.explain(err)
 }
 
-// heldBy says who holds what could not be acquired, as far as one read
-// tells.
-func heldBy(ctx context.Context, acq acquisition) string {
-	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
-	defer cancel()
-	if s := acq.held(ctx); s != "" {
-		return s
-	}
-	return acq.what + " is held"
+// conflict ends spannerlock with exit status 75 (or --conflict-exit-code):
+// Spanner said that what it wanted is held.
+func (a *app) conflict(format string, args ...any) error {
+	return exitWith(a.conflictCode, format, args...)
 }
 
-func lockHeldBy(c *conn, name string) func(context.Context) string {
-	return func(ctx context.Context) string {
-		h, err := c.lease.Holder(ctx, name)
-		if err != nil {
-			return ""
+// lockBusy says who holds the lock name, from the *lease.HeldError that
+// kept it from being acquired.
+func lockBusy(name string) func(context.Context, error) string {
+	return func(_ context.Context, err error) string {
+		var held *lease.HeldError
+		if !errors.As(err, &held) {
+			return fmt.Sprintf("lock %s is held", quote(name))
 		}
-		return fmt.Sprintf("lock %q is held by %q (token %d) until %s", name, h.HolderID, h.Token, formatTime(h.ExpiresAt))
+		h := held.Holder
+		return fmt.Sprintf("lock %s is held by %s (token %d) until %s", quote(name), quote(h.HolderID), h.Token, formatTime(h.ExpiresAt))
 	}
 }
 
@@ -111,6 +148,8 @@ func lockHeldBy(c *conn, name string) func(context.Context) string {
 // the token and holds l until a stopping signal.
 func (a *app) hold(c *conn, l *lease.Lease, spec *childSpec, killAfter time.Duration, env []string) error {
 	defer a.release(c, l)
+	// An outage now is the lease's business: its loss stops CMD.
+	c.outages.pause()
 	if spec == nil {
 		return a.holdUntilSignalled(l)
 	}
@@ -148,7 +187,10 @@ func (a *app) holdUntilSignalled(l *lease.Lease) error {
 func (a *app) release(c *conn, l *lease.Lease) {
 	ctx, cancel := context.WithTimeout(a.ctx, min(a.global.ttl, releaseTimeout))
 	defer cancel()
-	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
+	switch err := l.Release(ctx); {
+	case err == nil:
+		c.log.Info("released", "name", l.Name(), "token", l.Token())
+	case !errors.Is(err, lease.ErrLeaseLost):
 		c.log.Warn("releasing the lease failed; it expires after the TTL", "name", l.Name(), "ttl", a.global.ttl, "err", c.explain(err))
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -181,11 +180,45 @@ func TestStatus(t *testing.T) {
 // holder and status give up after --timeout when Spanner does not answer,
 // instead of retrying for minutes.
 func TestReadTimeout(t *testing.T) {
-	envv := append(env("projects/p/instances/i/databases/d"), "SPANNER_EMULATOR_HOST="+emulator.ClosedPort(t))
+	addr := droppingListener(t)
+	envv := append(env("projects/p/instances/i/databases/d"), "SPANNER_EMULATOR_HOST="+addr)
 	for _, args := range [][]string{{"holder", "--timeout", "1s", "x"}, {"status", "--timeout", "1s"}} {
 		r := run(t, t.TempDir(), envv, nil, args...)
-		if r.code != exitFailure || !strings.Contains(r.stderr, "no answer from Spanner within --timeout 1s") {
-			t.Errorf("%v against a closed port: exit %d, stderr:\n%s", args, r.code, r.stderr)
+		if r.code != exitFailure || !strings.Contains(r.stderr, "no answer from Spanner at "+addr+" (SPANNER_EMULATOR_HOST) within --timeout 1s") {
+			t.Errorf("%v against an endpoint that never answers: exit %d, stderr:\n%s", args, r.code, r.stderr)
+		}
+	}
+}
+
+// Names and holder IDs with control characters are escaped in text output,
+// so that they cannot clear the screen, colour it, or forge lines; JSON
+// escapes them already.
+func TestControlCharactersEscaped(t *testing.T) {
+	c := newCLI(t)
+	name, id := "evil\x1b[2J\nname", "web-1\x1b[31m"
+	if _, err := c.client(lease.WithHolderID(id)).Acquire(testContext(t), name); err != nil {
+		t.Fatal(err)
+	}
+	r := c.expect(0, "status")
+	if strings.Contains(r.stdout, "\x1b") || !strings.Contains(r.stdout, `"evil\x1b[2J\nname"`) || !strings.Contains(r.stdout, `"web-1\x1b[31m"`) {
+		t.Errorf("status printed control characters raw:\n%q", r.stdout)
+	}
+	w := c.start("elect", "--observe", name)
+	waitFor(t, "the leader line", func() bool { return strings.Contains(w.stdout.String(), "leads") })
+	w.signal(syscall.SIGTERM)
+	w.expect(0)
+	if out := w.stdout.String(); strings.Contains(out, "\x1b") || strings.Count(out, "\n") != 1 {
+		t.Errorf("elect --observe printed control characters raw:\n%q", out)
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"deploy": "deploy", "nightly report": "nightly report", "dépôt-東京": "dépôt-東京",
+		"a\nb": `"a\nb"`, "\x1b[31m": `"\x1b[31m"`, "bad\xffutf8": `"bad\xffutf8"`, "tab\there": `"tab\there"`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

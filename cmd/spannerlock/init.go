@@ -66,7 +66,7 @@ func runInit(a *app, args []string) error {
 		return err
 	}
 	defer c.close()
-	ctx, end := a.sigs.interruptible(a.ctx)
+	ctx, end := a.sigs.interruptible(c.ctx)
 	err = a.initTable(ctx, c, *cleanup != "", cleanupAfter, *dryRun)
 	if sig := end(); sig != nil {
 		return exitWith(signalStatus(sig), "interrupted by %s; a schema change already sent to Spanner goes on: run 'spannerlock init' again to see where it stands", signalName(sig))
@@ -83,6 +83,9 @@ func (a *app) initTable(ctx context.Context, c *conn, setCleanup bool, cleanupAf
 	// long names and reserves pg_).
 	if err := ins.Dialect.ValidateTableName(c.table); err != nil {
 		return usageError("--table: %v", err)
+	}
+	if err := c.collision(ctx); err != nil {
+		return c.explain(err)
 	}
 	opts := locktable.Options{CleanupAfter: ins.CleanupAfter}
 	if setCleanup {

@@ -116,7 +116,7 @@ func TestMissingTableOrDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := c.expect(exitFailure, "--table", "old", "permit", "sem", "--", "true")
-		if !strings.Contains(r.stderr, "run 'spannerlock init' to migrate it") {
+		if !strings.Contains(r.stderr, "run 'spannerlock --table old init' to migrate it") {
 			t.Errorf("outdated table: %s", r.stderr)
 		}
 
@@ -124,6 +124,50 @@ func TestMissingTableOrDatabase(t *testing.T) {
 		r = run(t, c.dir, env(gone), nil, "holder", "x")
 		if r.code != exitFailure || !strings.Contains(r.stderr, "database "+gone+" does not exist") {
 			t.Errorf("missing database: exit %d, %s", r.code, r.stderr)
+		}
+	})
+}
+
+// The hint to run init names the --table it is for; on PostgreSQL, a
+// --table spelled in another letter case than the table says which to use.
+func TestInitHint(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		r := c.expect(exitFailure, "--table", "job_locks", "lock", "x", "--", "true")
+		if !strings.Contains(r.stderr, "run 'spannerlock --table job_locks init' to create it") {
+			t.Errorf("the hint does not name --table:\n%s", r.stderr)
+		}
+		c.expect(0, "--table", "job_locks", "init")
+		c.expect(0, "--table", "job_locks", "lock", "x", "--", "true")
+		if d == locktable.PostgreSQL {
+			r := c.expect(exitFailure, "--table", "LOCKS", "lock", "x", "--", "true")
+			if !strings.Contains(r.stderr, "table LOCKS is spelled locks in") || !strings.Contains(r.stderr, "use --table locks") {
+				t.Errorf("a misspelled --table on PostgreSQL:\n%s", r.stderr)
+			}
+		}
+	})
+}
+
+// init refuses a --table that is another lock table's companion, and every
+// command on a table whose companions' names are taken says so, instead of
+// sending users to an init that cannot create it.
+func TestInitCompanionNames(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := emptyCLIIn(t, d)
+		c.expect(0, "init")
+		r := c.expect(exitFailure, "--table", "locks_permits", "init")
+		if !strings.Contains(r.stderr, "locks_permits is the name of a companion table of lock table locks") {
+			t.Errorf("init --table locks_permits:\n%s", r.stderr)
+		}
+
+		c = emptyCLIIn(t, d)
+		c.expect(0, "--table", "locks_sessions", "init")
+		for _, args := range [][]string{{"init"}, {"lock", "x", "--", "true"}} {
+			r := c.expect(exitFailure, args...)
+			if !strings.Contains(r.stderr, "lock table locks needs the name locks_sessions for a companion table") ||
+				strings.Contains(r.stderr, "run 'spannerlock init'") {
+				t.Errorf("%v with lock table locks_sessions in the database:\n%s", args, r.stderr)
+			}
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 func lockCommand() *command {
 	return &command{
 		name:    "lock",
+		runsCMD: true,
 		summary: "run a command while holding a lock",
 		synopsis: `spannerlock lock [flags] NAME -- CMD [ARGS...]
 spannerlock lock [flags] NAME`,
@@ -55,44 +56,44 @@ Examples:
 }
 
 func runLock(a *app, args []string) error {
-	return a.runHeld(args, "lock", "NAME", func(c *conn, name string) acquisition {
+	return a.runHeld(args, "lock", "NAME", "it is held", func(c *conn, name string) acquisition {
 		return acquisition{
-			what: "lock " + quote(name),
 			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquire(ctx, name) },
 			wait: func(ctx context.Context) (*lease.Lease, error) { return c.lease.Acquire(ctx, name) },
-			held: lockHeldBy(c, name),
+			busy: lockBusy(name),
 		}
 	})
 }
 
 // runHeld is lock and permit: it parses NAME and CMD with the waiting and
 // child flags, acquires what of gives for NAME, and runs CMD under it.
-func (a *app) runHeld(args []string, command, argName string, of func(c *conn, name string) acquisition) error {
+func (a *app) runHeld(args []string, command, argName, busy string, of func(c *conn, name string) acquisition) error {
 	fs := a.newFlagSet(command)
 	var (
 		wait waitFlags
 		cf   childFlags
 	)
-	wait.register(fs, true)
+	wait.register(a, fs, busy)
 	cf.register(fs)
 	name, argv, err := a.parseOne(fs, args, argName)
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(), cf.check(), checkName(argName, name)); err != nil {
+	if err := firstError(wait.check(a), cf.check(), checkName(argName, name)); err != nil {
 		return err
 	}
 	spec, err := a.prepareCommand(argv, cf.shell)
 	if err != nil {
 		return err
 	}
-	c, err := a.connect()
+	// --timeout bounds the connection too.
+	c, err := a.connectWithin(wait.timeout.d)
 	if err != nil {
 		return err
 	}
 	defer c.close()
 	acq := of(c, name)
-	l, err := a.acquire(c, wait, acq)
+	l, err := a.acquire(c.ctx, c, wait, acq)
 	if err != nil && acq.explain != nil {
 		err = acq.explain(err)
 	}

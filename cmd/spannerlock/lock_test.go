@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -335,4 +336,181 @@ func TestLockWithoutCommand(t *testing.T) {
 	}
 	p.signal(syscall.SIGCONT)
 	p.expect(exitLost)
+}
+
+// CMD's own status 2 (ls, grep and argparse use it for their usage errors)
+// passes through without spannerlock's usage hint, which is for
+// spannerlock's own command line.
+func TestCommandExitTwoIsNotAUsageError(t *testing.T) {
+	c := newCLI(t)
+	r := c.expect(2, "lock", "x", "--", "ls", "/nonexistent-spannerlock-test")
+	if strings.Contains(r.stderr, "spannerlock lock --help") || strings.Contains(r.stderr, "for usage") {
+		t.Fatalf("CMD's exit status 2 got spannerlock's usage hint:\n%s", r.stderr)
+	}
+}
+
+// --timeout 0 tries once, as flock -w 0 does: with the lock held it exits
+// 75 at once instead of waiting forever.
+func TestLockTimeoutZero(t *testing.T) {
+	c := newCLI(t)
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.expect(exitNotAcquired, "lock", "--timeout", "0", "x", "--", "touch", "ran")
+	if c.exists("ran") || !strings.Contains(r.stderr, `"the-holder"`) {
+		t.Fatalf("--timeout 0 on a held lock: ran %v, stderr:\n%s", c.exists("ran"), r.stderr)
+	}
+	c.expect(0, "lock", "--timeout", "0", "free", "--", "touch", "ran")
+	if !c.exists("ran") {
+		t.Fatal("--timeout 0 on a free lock did not run CMD")
+	}
+}
+
+// A NAME that starts with "-" comes right after --, and CMD after a second
+// --; every command that takes a NAME accepts it so.
+func TestNameStartingWithDash(t *testing.T) {
+	c := newCLI(t)
+	r := c.expect(0, "lock", "--", "-x", "--", "sh", "-c", `echo "$SPANNERLOCK_NAME"`)
+	if r.stdout != "-x\n" {
+		t.Fatalf("CMD saw the name %q, want -x", r.stdout)
+	}
+	held := c.start("--holder-id", "by-hand", "lock", "--", "-x")
+	waitFor(t, "the token", func() bool { return strings.HasSuffix(held.stdout.String(), "\n") })
+	if r := c.expect(0, "holder", "--", "-x"); !strings.Contains(r.stdout, `"name":"-x"`) {
+		t.Fatalf("holder -- -x printed %s", r.stdout)
+	}
+	held.signal(syscall.SIGTERM)
+	held.expect(0)
+}
+
+// Every flag can be set by its SPANNERLOCK_* environment variable; the
+// command line wins, and a variable that conflicts with a flag given on the
+// command line gives way to it.
+func TestFlagsFromEnvironment(t *testing.T) {
+	c := newCLI(t)
+	c.env = append(c.env, "SPANNERLOCK_HOLDER_ID=from-env", "SPANNERLOCK_SHELL=true")
+	r := c.expect(0, "lock", "x", "--", `echo "$SPANNERLOCK_HOLDER_ID" && echo shell`)
+	if r.stdout != "from-env\nshell\n" {
+		t.Fatalf("SPANNERLOCK_HOLDER_ID and SPANNERLOCK_SHELL: CMD printed %q", r.stdout)
+	}
+	r = c.expect(0, "--holder-id", "from-flag", "lock", "x", "--", `echo "$SPANNERLOCK_HOLDER_ID"`)
+	if r.stdout != "from-flag\n" {
+		t.Fatalf("the command line does not win over the environment: %q", r.stdout)
+	}
+
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "held"); err != nil {
+		t.Fatal(err)
+	}
+	c.env = append(c.env, "SPANNERLOCK_TRY=1")
+	c.expect(exitNotAcquired, "lock", "held", "--", "touch", "ran")
+	c.env = append(c.env, "SPANNERLOCK_TIMEOUT=1h")
+	c.expect(exitUsage, "lock", "held", "--", "touch", "ran") // both from the environment
+	c.expect(exitNotAcquired, "lock", "--try", "held", "--", "touch", "ran")
+	if c.exists("ran") {
+		t.Fatal("CMD ran without the lock")
+	}
+}
+
+// --conflict-exit-code replaces 75, as flock -E does, for a cron wrapper
+// that counts a held lock as success; only a lock Spanner said was held
+// gets it.
+func TestConflictExitCode(t *testing.T) {
+	c := newCLI(t)
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.expect(0, "lock", "--try", "--conflict-exit-code", "0", "x", "--", "touch", "ran")
+	if c.exists("ran") || !strings.Contains(r.stderr, `"the-holder"`) {
+		t.Fatalf("ran %v, stderr:\n%s", c.exists("ran"), r.stderr)
+	}
+	lc := c.client()
+	if err := lc.SetPermits(testContext(t), "sem", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.AcquirePermit(testContext(t), "sem"); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(3, "permit", "--try", "--conflict-exit-code", "3", "sem", "--", "true")
+	c.expect(exitFailure, "permit", "--try", "--conflict-exit-code", "3", "undeclared", "--", "true")
+}
+
+// spannerlock paused (SIGSTOP, a suspended VM, a debugger) cannot renew its
+// lease, and the reaper stops CMD when the lease's local deadline passes,
+// before any rival can acquire: SIGTERM, then SIGKILL after --kill-after
+// for a CMD that ignores it, all while spannerlock stays stopped. Resumed,
+// spannerlock exits 76.
+func TestPausedHolderStopsCMD(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		term         bool
+	}{
+		{"cmd-exits-on-sigterm", `trap 'echo term > got; exit 0' TERM; echo $$ > child; sleep 300 & wait`, true},
+		{"cmd-ignores-sigterm", `trap '' TERM; echo $$ > child; sleep 300 & echo $! > grandchild; wait`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			p := c.start("--ttl", "2s", "lock", "--kill-after", "1s", "x", "--shell", "--", tc.script)
+			c.waitFile("child")
+			p.signal(syscall.SIGSTOP)
+			for _, f := range []string{"child", "grandchild"} {
+				if c.exists(f) {
+					pid := c.pid(f)
+					waitFor(t, fmt.Sprintf("CMD's %s (pid %d) to be stopped while spannerlock is paused", f, pid), func() bool { return dead(pid) })
+				}
+			}
+			if tc.term && c.read("got") != "term\n" {
+				t.Errorf("CMD did not get SIGTERM first (got %q)", c.read("got"))
+			}
+			rival := c.client(lease.WithHolderID("rival"), lease.WithPollInterval(50*time.Millisecond))
+			if _, err := rival.Acquire(testContext(t), "x"); err != nil {
+				t.Fatal(err)
+			}
+			p.signal(syscall.SIGCONT)
+			p.expect(exitLost)
+		})
+	}
+}
+
+// --verbose logs each step with its time, CMD's exit status and the
+// release included, and without the Spanner client's banner; with
+// --log-format json every line is a JSON object.
+func TestVerboseLog(t *testing.T) {
+	c := newCLI(t)
+	r := c.expect(3, "--verbose", "lock", "x", "--", "sh", "-c", "exit 3")
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if !strings.HasPrefix(line, "time=") {
+			t.Errorf("a log line without its time: %q", line)
+		}
+	}
+	if strings.Contains(r.stderr, "Client Options") {
+		t.Errorf("--verbose prints the Spanner client's banner:\n%s", r.stderr)
+	}
+
+	r = c.expect(3, "--verbose", "--log-format", "json", "lock", "x", "--", "sh", "-c", "exit 3")
+	var exited, released bool
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["time"] == nil {
+			t.Fatalf("not a JSON log record with a time: %q (%v)", line, err)
+		}
+		exited = exited || rec["msg"] == "CMD exited" && rec["status"] == float64(3)
+		released = released || rec["msg"] == "released" && rec["name"] == "x"
+	}
+	if !exited || !released {
+		t.Errorf("the log does not say that CMD exited 3 (%v) and the lock was released (%v):\n%s", exited, released, r.stderr)
+	}
+}
+
+// A --timeout too short for Spanner to answer is not "held": on a free lock
+// spannerlock either acquires it in time or says that Spanner did not
+// answer within the timeout (exit 1); it never exits 75.
+func TestLockTimeoutShorterThanAnAnswer(t *testing.T) {
+	c := newCLI(t)
+	r := c.run("lock", "--timeout", "10ms", "free", "--", "true")
+	switch {
+	case r.code == 0:
+	case r.code == exitFailure && strings.Contains(r.stderr, "no answer from Spanner at ") && strings.Contains(r.stderr, "within --timeout 10ms"):
+	default:
+		t.Fatalf("lock --timeout 10ms on a free lock: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
 }

@@ -8,9 +8,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -28,12 +30,17 @@ const (
 	exitFailure = 1
 	// exitUsage: the command line is wrong.
 	exitUsage = 2
-	// exitNoHolder: `holder` found nobody holding the name.
+	// exitNoHolder: `holder` or `break` found nobody holding the name.
 	exitNoHolder = 3
-	// exitNotAcquired: --try found the name held, or --timeout passed.
+	// exitNotAcquired: --try or --timeout found the name held; a Spanner
+	// that did not answer is exitFailure, never this.
 	exitNotAcquired = 75
 	// exitLost: the lease was lost while CMD ran; CMD was stopped.
 	exitLost = 76
+	// exitAlreadyDone: run-once found its slot done, by this or another
+	// host, and did not run CMD: "skipped", as automake's test drivers
+	// read 77.
+	exitAlreadyDone = 77
 	// exitCannotRun and exitNotFound: CMD could not be started.
 	exitCannotRun = 126
 	exitNotFound  = 127
@@ -69,11 +76,31 @@ type app struct {
 	// environment asks for it, and runSpan the span of this run.
 	telemetry *telemetry
 	runSpan   trace.Span
+	// conflictCode is the exit status for "held" (--conflict-exit-code),
+	// doneCode for a run-once slot done already (--done-exit-code).
+	conflictCode, doneCode int
+	// describe, when set, receives the flag set of the command instead of
+	// its being parsed (see describeCommands).
+	describe **flag.FlagSet
+	// onCommandLine and fromEnv record which flags (by their long names)
+	// the command line set, and which their environment variables set.
+	onCommandLine, fromEnv map[string]bool
 }
 
 func newApp(stdout, stderr io.Writer) *app {
 	return &app{stdout: stdout, stderr: stderr, environ: os.Environ(), global: defaultGlobalFlags(), sigs: notifySignals(),
-		ctx: context.Background()}
+		ctx: context.Background(), conflictCode: exitNotAcquired, doneCode: exitAlreadyDone,
+		onCommandLine: map[string]bool{}, fromEnv: map[string]bool{}}
+}
+
+// lookupEnv reads spannerlock's environment as it started.
+func (a *app) lookupEnv(key string) (string, bool) {
+	for i := len(a.environ) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(a.environ[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // command is one subcommand: its help and what it runs.
@@ -84,13 +111,15 @@ type command struct {
 	synopsis string
 	// help is the description and examples after the synopsis.
 	help string
-	run  func(a *app, args []string) error
+	// runsCMD is set for the commands that run a command after --.
+	runsCMD bool
+	run     func(a *app, args []string) error
 }
 
 func commands() []*command {
 	return []*command{
 		initCommand(), lockCommand(), permitCommand(), runOnceCommand(), electCommand(),
-		holderCommand(), statusCommand(), versionCommand(),
+		holderCommand(), statusCommand(), semaphoreCommand(), breakCommand(), completionCommand(), versionCommand(),
 	}
 }
 
@@ -114,6 +143,11 @@ func (a *app) main(args []string) int {
 	case err != nil:
 		return a.fail(usageError("%v", err))
 	}
+	fs.Visit(func(f *flag.Flag) { a.onCommandLine[canonicalFlag(f.Name)] = true })
+	if a.global.version {
+		say(a.stdout, "spannerlock %s\n", buildVersion())
+		return exitOK
+	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		a.printOverview(a.stderr)
@@ -125,9 +159,13 @@ func (a *app) main(args []string) int {
 			a.printOverview(a.stdout)
 			return exitOK
 		}
+		if t := findTopic(args[0]); t != nil {
+			printTopic(a.stdout, t)
+			return exitOK
+		}
 		c := findCommand(args[0])
 		if c == nil {
-			return a.fail(usageError("unknown command %q", args[0]))
+			return a.fail(usageError("no command or help topic %q: the topics are %s", args[0], strings.Join(topicNames(), ", ")))
 		}
 		name, args = c.name, []string{"--help"}
 	}
@@ -142,7 +180,7 @@ func (a *app) main(args []string) int {
 	}
 	if err != nil {
 		var u *exitError
-		if errors.As(err, &u) && u.code == exitUsage {
+		if errors.As(err, &u) && u.usage {
 			u.command = c.name
 		}
 	}
@@ -163,7 +201,7 @@ func (a *app) fail(err error) int {
 	if e.err != nil {
 		say(a.stderr, "spannerlock: %v\n", e.err)
 	}
-	if e.code == exitUsage {
+	if e.usage {
 		help := "spannerlock --help"
 		if e.command != "" {
 			help = "spannerlock " + e.command + " --help"
@@ -177,6 +215,10 @@ func (a *app) fail(err error) int {
 type exitError struct {
 	code int
 	err  error
+	// usage marks spannerlock's own usage errors, which point to its help;
+	// CMD exiting 2 (ls, grep and argparse do for their usage errors) is
+	// CMD's business.
+	usage bool
 	// command names the command whose help a usage error points to.
 	command string
 }
@@ -209,7 +251,7 @@ func exitCode(code int) error {
 }
 
 func usageError(format string, args ...any) error {
-	return exitWith(exitUsage, format, args...)
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...), usage: true}
 }
 
 func versionCommand() *command {
@@ -229,14 +271,36 @@ func versionCommand() *command {
 	}
 }
 
+// buildVersion is the release's version, or the module version of a go
+// install; a build from a checkout says so, with its commit when the build
+// recorded it. The Go version and platform follow.
 func buildVersion() string {
-	if version != "" {
-		return version
+	v := version
+	bi, ok := debug.ReadBuildInfo()
+	if v == "" && ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	if v == "" {
+		v = "built from source"
+		settings := map[string]string{}
+		if ok {
+			for _, s := range bi.Settings {
+				settings[s.Key] = s.Value
+			}
+		}
+		if rev := settings["vcs.revision"]; rev != "" {
+			v += ", commit " + rev[:min(12, len(rev))]
+			if settings["vcs.modified"] == "true" {
+				v += " with local changes"
+			}
+			if t := settings["vcs.time"]; t != "" {
+				v += " of " + t
+			}
+		} else {
+			v += " without version information"
+		}
 	}
-	return "(devel)"
+	return fmt.Sprintf("%s (%s %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // interrupted is the status of a process that a signal ended before CMD

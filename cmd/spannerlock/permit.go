@@ -11,15 +11,17 @@ import (
 func permitCommand() *command {
 	return &command{
 		name:    "permit",
+		runsCMD: true,
 		summary: "run a command while holding a permit of a semaphore",
 		synopsis: `spannerlock permit [flags] SEMAPHORE -- CMD [ARGS...]
 spannerlock permit [flags] SEMAPHORE`,
 		help: `
 Like lock, with one of the permits of SEMAPHORE instead of a lock: at most
-as many holders as the semaphore has permits run at once. The semaphore must
-be declared with its number of permits, by the spannerlock_semaphore
-Terraform resource or lease.Client.SetPermits. Each permit has its own
-fencing token in SPANNERLOCK_TOKEN; SPANNERLOCK_NAME is SEMAPHORE.
+as many holders as the semaphore has permits run at once. The semaphore
+must be declared with its number of permits, by 'spannerlock semaphore
+set', the spannerlock_semaphore Terraform resource or
+lease.Client.SetPermits. Each permit has its own fencing token in
+SPANNERLOCK_TOKEN; SPANNERLOCK_NAME is SEMAPHORE.
 
 Exit status, environment, signals and the handling of a lost permit are as
 for lock.
@@ -35,22 +37,24 @@ Examples:
 }
 
 func runPermit(a *app, args []string) error {
-	return a.runHeld(args, "permit", "SEMAPHORE", func(c *conn, name string) acquisition {
+	return a.runHeld(args, "permit", "SEMAPHORE", "every permit is in use", func(c *conn, name string) acquisition {
 		return acquisition{
-			what: "a permit of semaphore " + quote(name),
 			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquirePermit(ctx, name) },
 			wait: func(ctx context.Context) (*lease.Lease, error) { return c.lease.AcquirePermit(ctx, name) },
-			held: func(ctx context.Context) string {
-				s, err := c.lease.Semaphore(ctx, name)
-				if err != nil {
+			// The error says only that every permit is in use; one read
+			// says how many there are, while there is time for it.
+			busy: func(ctx context.Context, _ error) string {
+				if ctx.Err() != nil {
 					return ""
 				}
-				return fmt.Sprintf("all permits of semaphore %q are in use (%d of %d)", name, s.InUse(), s.Permits)
+				if s, err := c.lease.Semaphore(ctx, name); err == nil {
+					return fmt.Sprintf("every permit of semaphore %s is in use (%d of %d)", quote(name), s.InUse(), s.Permits)
+				}
+				return fmt.Sprintf("every permit of semaphore %s is in use", quote(name))
 			},
 			explain: func(err error) error {
 				if errors.Is(err, lease.ErrUnknownSemaphore) {
-					return fmt.Errorf("semaphore %q is not declared in table %s: declare it and its number of permits with the "+
-						"spannerlock_semaphore Terraform resource (or lease.Client.SetPermits from Go)", name, c.table)
+					return undeclared(c, name)
 				}
 				return err
 			},

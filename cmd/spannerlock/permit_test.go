@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,6 +46,66 @@ func TestPermit(t *testing.T) {
 		r = c.expect(exitFailure, "permit", "undeclared", "--", "true")
 		if !strings.Contains(r.stderr, `semaphore "undeclared" is not declared`) || !strings.Contains(r.stderr, "spannerlock_semaphore") {
 			t.Errorf("undeclared semaphore: %s", r.stderr)
+		}
+	})
+}
+
+// semaphore set declares a semaphore (and changes its number of permits)
+// for permit to use; semaphore get prints its number of permits, how many
+// are in use and by whom, as text or JSON.
+func TestSemaphoreCommand(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		r := c.expect(exitFailure, "semaphore", "get", "crawlers")
+		if !strings.Contains(r.stderr, `semaphore "crawlers" is not declared`) || !strings.Contains(r.stderr, "spannerlock semaphore set crawlers N") {
+			t.Errorf("get of an undeclared semaphore:\n%s", r.stderr)
+		}
+		c.expect(exitUsage, "semaphore", "set", "crawlers", "0")
+		c.expect(0, "semaphore", "set", "crawlers", "2")
+		holder := c.start("--holder-id", "crawler-1", "permit", "crawlers", "--shell", "--", "echo ready > ready; sleep 300 & wait")
+		c.waitFile("ready")
+
+		r = c.expect(0, "semaphore", "get", "crawlers", "-o", "json")
+		var s struct {
+			Name    string `json:"name"`
+			Permits int64  `json:"permits"`
+			InUse   int    `json:"in_use"`
+			Holders []struct {
+				HolderID string `json:"holder_id"`
+				Slot     *int64 `json:"slot"`
+				Token    int64  `json:"token"`
+			} `json:"holders"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+			t.Fatalf("%q: %v", r.stdout, err)
+		}
+		if s.Name != "crawlers" || s.Permits != 2 || s.InUse != 1 || len(s.Holders) != 1 || s.Holders[0].HolderID != "crawler-1" || s.Holders[0].Slot == nil {
+			t.Errorf("semaphore get -o json: %+v", s)
+		}
+		r = c.expect(0, "semaphore", "get", "crawlers")
+		for _, want := range []string{"SEMAPHORE  PERMITS  IN USE\ncrawlers   2        1\n", "SLOT", "crawler-1"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("semaphore get lacks %q:\n%s", want, r.stdout)
+			}
+		}
+
+		// holder on a semaphore lists its permits in use.
+		r = c.expect(0, "holder", "crawlers")
+		if !strings.Contains(r.stdout, `"holder_id":"crawler-1"`) || !strings.Contains(r.stdout, `"kind":"permit"`) || strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("holder on a semaphore with one permit in use:\n%s", r.stdout)
+		}
+
+		r = c.expect(0, "semaphore", "set", "crawlers", "1")
+		if !strings.Contains(r.stderr, "it had 2") {
+			t.Errorf("lowering the limit: %s", r.stderr)
+		}
+		c.expect(exitNotAcquired, "permit", "--try", "crawlers", "--", "true")
+		holder.signal(syscall.SIGTERM)
+		holder.expect(128 + int(syscall.SIGTERM))
+		c.expect(0, "permit", "--try", "crawlers", "--", "true")
+		r = c.expect(exitNoHolder, "holder", "crawlers")
+		if !strings.Contains(r.stderr, `nobody holds a permit of semaphore "crawlers"`) {
+			t.Errorf("holder on an idle semaphore:\n%s", r.stderr)
 		}
 	})
 }

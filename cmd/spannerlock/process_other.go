@@ -20,8 +20,9 @@ const reaperArg = "__spannerlock_reaper"
 var errNoProcessGroups = errors.New("running a command under a lease needs Linux, macOS or another Unix")
 
 type runOutcome struct {
-	status int
-	lost   bool
+	status    int
+	lost      bool
+	stoppedBy os.Signal
 }
 
 func reaperMain([]string) int {
@@ -32,3 +33,8 @@ func reaperMain([]string) int {
 func (a *app) runChild(*lease.Lease, *childSpec, time.Duration, *slog.Logger) (runOutcome, error) {
 	return runOutcome{}, exitWith(exitCannotRun, "%v", errNoProcessGroups)
 }
+
+// jobControl is Unix job control; there is none here.
+type jobControl struct{}
+
+func notifyJobControl() *jobControl { return &jobControl{} }

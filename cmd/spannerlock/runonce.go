@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -11,6 +15,7 @@ import (
 func runOnceCommand() *command {
 	return &command{
 		name:    "run-once",
+		runsCMD: true,
 		summary: "run a command once per schedule slot, across every machine that tries",
 		synopsis: `spannerlock run-once [flags] JOB --slot TIME -- CMD [ARGS...]
 spannerlock run-once [flags] JOB --every INTERVAL -- CMD [ARGS...]`,
@@ -23,12 +28,17 @@ runs it.
 
   - The first process to take the slot runs CMD and, if CMD succeeds, records
     the slot as done.
-  - A process that finds the slot done exits 0 without running CMD.
-  - A process that finds the slot running elsewhere waits: it exits 0 once
+  - A process that finds the slot done exits 77 without running CMD
+    (--done-exit-code sets another status, 0 for instance).
+  - A process that finds the slot running elsewhere waits: it exits 77 once
     the slot is done there, or runs CMD itself if that run fails or its
-    process dies (after its lease expires).
+    process dies (after its lease expires). With --try it exits 75 at once
+    instead, and with --timeout once that has passed.
   - If CMD fails, run-once exits with CMD's status and leaves the slot for a
-    later call.
+    later call. With --max-failures N, a slot whose runs failed N times, on
+    any host (a run that crashed or was broken counts), is not run again:
+    run-once exits 1 saying so. 'spannerlock status' lists each job's slots,
+    done, running or failed, with their runs.
 
 --slot takes an RFC 3339 time. --every takes the slot of a schedule aligned
 to the clock that is current now: --every 1h at 03:00:05 is the slot 03:00 UTC,
@@ -53,21 +63,29 @@ Examples:
 func runRunOnce(a *app, args []string) error {
 	fs := a.newFlagSet("run-once")
 	var (
-		wait  waitFlags
-		cf    childFlags
-		slotS string
-		every time.Duration
+		wait        waitFlags
+		cf          childFlags
+		slotS       string
+		every       time.Duration
+		maxFailures int
 	)
-	wait.register(fs, false)
+	wait.register(a, fs, "the slot is running elsewhere")
 	cf.register(fs)
+	fs.Var(exitCodeValue{&a.doneCode}, "done-exit-code",
+		"exit with this `status` instead of 77 when the slot is done already, here or elsewhere, so CMD did not run")
+	fs.IntVar(&maxFailures, "max-failures", 0, "do not run a slot whose runs, on any host, failed (or crashed, or were broken) this many `times`: "+
+		"exit 1 instead (default: no limit)")
 	fs.StringVar(&slotS, "slot", "", "the slot, an RFC 3339 `time` such as 2026-11-23T03:00:00Z")
-	fs.DurationVar(&every, "every", 0, "take the current slot of a schedule with this `interval`, aligned to the clock (UTC)")
+	durationVar(fs, &every, "every", 0, "take the current slot of a schedule with this `interval` (30m, 1h, 1d), aligned to the clock (UTC)")
 	job, argv, err := a.parseOne(fs, args, "JOB")
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(), cf.check(), checkName("JOB", job)); err != nil {
+	if err := firstError(wait.check(a), cf.check(), checkName("JOB", job)); err != nil {
 		return err
+	}
+	if maxFailures < 0 {
+		return usageError("--max-failures %d must not be negative", maxFailures)
 	}
 	slot, err := parseSlot(slotS, every, time.Now())
 	if err != nil {
@@ -80,60 +98,156 @@ func runRunOnce(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := a.connect()
+	// --timeout bounds the connection too.
+	c, err := a.connectWithin(wait.timeout.d)
 	if err != nil {
 		return err
 	}
 	defer c.close()
 
-	ctx, end := a.sigs.interruptible(a.ctx)
+	ctx, end := a.sigs.interruptible(c.ctx)
 	defer end()
-	if wait.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, wait.timeout)
-		defer cancel()
+	slotName := formatTime(slot)
+	var gate startGate
+	lockName := lease.JobSlotName(job, slot)
+	if !wait.try && c.log.Enabled(ctx, slog.LevelInfo) {
+		if h, err := c.lease.Holder(ctx, lockName); err == nil {
+			c.log.Info("waiting: job "+quote(job)+" slot "+slotName+" is running elsewhere", "holder_id", h.HolderID, "token", h.Token)
+		}
 	}
-	started := false
-	ran, err := c.lease.RunOnce(ctx, job, slot, func(ctx context.Context) error {
-		started = true
-		// From here on CMD takes the signals.
-		if sig := end(); sig != nil {
-			return interrupted(sig)
-		}
-		l, _ := lease.LeaseFromContext(ctx)
-		env := append(leaseEnv(job, l.Token(), c.lease.HolderID()), "SPANNERLOCK_SLOT="+formatTime(slot))
-		out, err := a.runCommand(ctx, l, spec.with(env...), cf.killAfter, c.log)
-		switch {
-		case err != nil:
-			return err
-		case out.lost:
-			return lostWhileRunning(l)
-		}
-		return exitCode(out.status)
+	if wait.try {
+		var stopWatch func()
+		ctx, stopWatch = a.runningElsewhere(ctx, c, lockName, &gate)
+		defer stopWatch()
+	}
+	type outcome struct{ ran bool }
+	o, err := withinGated(ctx, &gate, func() (outcome, error) {
+		ran, err := c.lease.RunOnce(ctx, job, slot, func(ctx context.Context) error {
+			if !gate.start() {
+				return errAbandoned
+			}
+			return a.runSlot(ctx, c, job, slotName, spec, cf.killAfter, end)
+		}, lease.WithMaxFailures(maxFailures))
+		return outcome{ran}, err
 	})
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
-	if sig := end(); sig != nil && !started {
+	ran := o.ran
+	timedOut := deadlinePassed(ctx)
+	if sig := end(); sig != nil && !gate.started() {
 		return interrupted(sig)
 	}
-	var exit *exitError
+	var (
+		exit *exitError
+		busy *busyError
+	)
 	switch {
 	case err == nil && ran:
 		return nil
 	case err == nil:
-		c.log.Info("the slot is done already; CMD did not run", "job", job, "slot", formatTime(slot))
-		return nil
+		c.log.Info("the slot is done already; CMD did not run", "job", job, "slot", slotName)
+		return exitCode(a.doneCode)
 	case ran && errors.Is(err, lease.ErrLeaseLost):
-		return exitWith(exitLost, "CMD succeeded, but the lease on job %q slot %s was lost before the slot was recorded as done, "+
-			"so another call may run it again: %v", job, formatTime(slot), err)
+		return exitWith(exitLost, "CMD succeeded, but the lease on job %s slot %s was lost before the slot was recorded as done, "+
+			"so another call may run it again: %v", quote(job), slotName, err)
 	case ran:
-		return exitWith(exitFailure, "CMD succeeded, but recording job %q slot %s as done failed, so another call may run it again: %w",
-			job, formatTime(slot), c.explain(err))
+		return exitWith(exitFailure, "CMD succeeded, but recording job %s slot %s as done failed, so another call may run it again: %w",
+			quote(job), slotName, c.explain(err))
 	case errors.As(err, &exit):
 		return err // CMD's own outcome
-	case timedOut && !started:
-		return exitWith(exitNotAcquired, "gave up after --timeout %s: job %q slot %s is running elsewhere", wait.timeout, job, formatTime(slot))
+	case gate.started():
+		return c.explain(err)
+	case outage(ctx) != nil:
+		return outage(ctx)
+	case errors.Is(err, lease.ErrTooManyFailures):
+		return exitWith(exitFailure, "job %s slot %s failed %d times or more, so it does not run again (--max-failures %d); "+
+			"'spannerlock status' lists its runs: %v", quote(job), slotName, maxFailures, maxFailures, err)
+	case errors.As(context.Cause(ctx), &busy):
+		return a.conflict("job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, busy)
+	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
+		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d)+" (before that, it ran elsewhere: "+runnerOf(err)+")", err)
+	case errors.Is(err, lease.ErrNotAcquired):
+		return a.conflict("gave up after --timeout %s: job %s slot %s is running elsewhere (%s)",
+			formatDuration(wait.timeout.d), quote(job), slotName, runnerOf(err))
+	case timedOut:
+		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d), err)
 	}
 	return c.explain(err)
+}
+
+// runSlot runs CMD for the slot, under the slot's lease; end ends the
+// watch for stopping signals, which CMD takes from now on.
+func (a *app) runSlot(ctx context.Context, c *conn, job, slot string, spec *childSpec, killAfter time.Duration, end func() os.Signal) error {
+	if sig := end(); sig != nil {
+		return interrupted(sig)
+	}
+	// An outage now is the lease's business: its loss stops CMD.
+	c.outages.pause()
+	defer c.outages.resume()
+	l, _ := lease.LeaseFromContext(ctx)
+	env := append(leaseEnv(job, l.Token(), c.lease.HolderID()), "SPANNERLOCK_SLOT="+slot)
+	out, err := a.runCommand(ctx, l, spec.with(env...), killAfter, c.log)
+	switch {
+	case err != nil:
+		return err
+	case out.lost:
+		return lostWhileRunning(l)
+	}
+	return exitCode(out.status)
+}
+
+// busyError is the cause of a run-once --try that found the slot running
+// elsewhere.
+type busyError struct {
+	runner lease.Holder
+}
+
+func (e *busyError) Error() string {
+	return fmt.Sprintf("run by %s with token %d", quote(e.runner.HolderID), e.runner.Token)
+}
+
+// runningElsewhere returns a context that ends, with a *busyError as its
+// cause, once a read of the slot's lock (named lockName) finds it held
+// while this process has not started CMD: run-once --try must not wait for
+// a run elsewhere. It reads at once and then once per poll interval, since
+// the slot may be taken after the first read and before RunOnce takes it.
+// A holder it finds just after this process took the slot ends only the
+// waiting: RunOnce runs CMD under the lease's own context.
+func (a *app) runningElsewhere(parent context.Context, c *conn, lockName string, gate *startGate) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !gate.started() {
+			h, err := c.lease.Holder(ctx, lockName)
+			if err == nil && !gate.started() {
+				cancel(&busyError{runner: h})
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(a.global.poll):
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	}
+}
+
+// runnerOf says who runs the slot, from the error of a RunOnce that gave up
+// waiting.
+func runnerOf(err error) string {
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		return (&busyError{runner: held.Holder}).Error()
+	}
+	return "its runner is live"
 }
 
 // parseSlot reads --slot, or takes the current slot of --every.

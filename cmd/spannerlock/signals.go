@@ -14,11 +14,15 @@ import (
 // end what spannerlock is waiting for and the rest are dropped.
 type signals struct {
 	ch chan os.Signal
+	// jobs receives the job-control signals (SIGTSTP, SIGCONT) while CMD
+	// runs (see jobControl); otherwise SIGTSTP stops spannerlock.
+	jobs *jobControl
 }
 
 func notifySignals() *signals {
 	s := &signals{ch: make(chan os.Signal, 16)}
 	signal.Notify(s.ch, forwardedSignals...)
+	s.jobs = notifyJobControl()
 	return s
 }
 

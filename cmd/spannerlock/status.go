@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -16,25 +15,31 @@ import (
 func statusCommand() *command {
 	return &command{
 		name:     "status",
-		summary:  "list every live lease and permit of the table, and its semaphores",
+		summary:  "list every live lease and permit of the table, its semaphores and its run-once jobs",
 		synopsis: "spannerlock status [-o table|json] [--watch] [flags]",
 		help: `
 Lists every live lease of the table (locks, semaphore permits and worker
 IDs) with its kind, holder, fencing token and expiry, then every declared
-semaphore with how many of its permits are in use, idle ones included. It
-reads through lease.Client.Holders and lease.Client.Semaphores, one
-read-only transaction each however many names the table has.
+semaphore with how many of its permits are in use, idle ones included, then
+the run-once jobs: of each, its last slot done and the slots after it, and
+every slot that is running, or failed and not done since, with its runs and
+failed runs. It reads through lease.Client.Holders, lease.Client.Semaphores
+and lease.Client.Jobs, one read each however many names the table has.
 
 With -o json it prints one object:
 
   {"table":"locks",
    "leases":[{"name":...,"holder_id":...,"token":...,"acquired_at":...,"renewed_at":...,"expires_at":...,"kind":"lock"}],
-   "semaphores":[{"name":"migrations","permits":3,"in_use":2}]}
+   "semaphores":[{"name":"migrations","permits":3,"in_use":2}],
+   "jobs":[{"job":"nightly-report","slot":"2026-11-23T03:00:00Z","done":true,
+            "completed_at":"2026-11-23T03:04:12.5Z","runs":2,"failures":1,"runner":null}]}
 
 where each lease has the fields of 'spannerlock holder' plus its kind
 ("lock", "permit" or "worker_id") and, for a permit or worker ID, its slot
 (the worker ID); a permit's name is its semaphore's. in_use counts the
-permits among the leases listed.
+permits among the leases listed. jobs lists every slot recorded, by job and
+slot; runner is the live holder running it (the fields of holder), or
+null.
 
 With --watch it reads the table again every second until SIGINT (Ctrl-C)
 or SIGTERM, then exits 0. On a terminal it redraws the table in place, under
@@ -48,7 +53,9 @@ spannerlock as without --watch.
 Examples:
   spannerlock status
   spannerlock status --watch
-  spannerlock status -o json | jq '.leases[] | select(.name == "deploy")'`,
+  spannerlock status -o json | jq '.leases[] | select(.name == "deploy")'
+  # The last slot of nightly-report that was done:
+  spannerlock status -o json | jq '[.jobs[] | select(.job == "nightly-report" and .done)] | last'`,
 		run: runStatus,
 	}
 }
@@ -72,6 +79,35 @@ type statusJSON struct {
 	Table      string            `json:"table"`
 	Leases     []statusLeaseJSON `json:"leases"`
 	Semaphores []semaphoreJSON   `json:"semaphores"`
+	Jobs       []jobSlotJSON     `json:"jobs"`
+}
+
+// jobSlotJSON is a run-once slot as status lists it.
+type jobSlotJSON struct {
+	Job  string `json:"job"`
+	Slot string `json:"slot"`
+	Done bool   `json:"done"`
+	// CompletedAt is when the slot's run succeeded; null while not done.
+	CompletedAt *string `json:"completed_at"`
+	// Runs counts the runs started, Failures those that failed, crashed
+	// or were broken.
+	Runs     int64 `json:"runs"`
+	Failures int64 `json:"failures"`
+	// Runner is the live holder running the slot now; null when none.
+	Runner *holderJSON `json:"runner"`
+}
+
+func toJobSlotJSON(s lease.JobSlot) jobSlotJSON {
+	j := jobSlotJSON{Job: s.Job, Slot: formatTime(s.Slot), Done: s.Done, Runs: s.Runs, Failures: s.Failures}
+	if s.Done {
+		t := formatTime(s.CompletedAt)
+		j.CompletedAt = &t
+	}
+	if s.Runner != nil {
+		h := toJSON(*s.Runner)
+		j.Runner = &h
+	}
+	return j
 }
 
 func runStatus(a *app, args []string) error {
@@ -86,7 +122,7 @@ func runStatus(a *app, args []string) error {
 	if len(pos) > 0 {
 		return usageError("status takes no arguments, got %q", pos[0])
 	}
-	if err := firstError(noCommand(fs, argv), checkOutput(*output, "table", "json")); err != nil {
+	if err := noCommand(fs, argv); err != nil {
 		return err
 	}
 	c, err := a.connect()
@@ -118,8 +154,13 @@ func readStatus(ctx context.Context, c *conn) (statusJSON, error) {
 	var (
 		holders []lease.Holder
 		sems    []lease.Semaphore
+		jobs    []lease.JobSlot
 	)
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		jobs, err = c.lease.Jobs(gctx)
+		return err
+	})
 	g.Go(func() (err error) {
 		holders, err = c.lease.Holders(gctx)
 		return err
@@ -131,27 +172,70 @@ func readStatus(ctx context.Context, c *conn) (statusJSON, error) {
 	if err := g.Wait(); err != nil {
 		return statusJSON{}, err
 	}
-	return newStatus(c.table, holders, sems), nil
+	return newStatus(c.table, holders, sems, jobs), nil
 }
 
 // newStatus puts the two reads together. A semaphore's permits in use are
 // counted among the leases listed, so the output adds up even when a permit
 // changed hands between the reads.
-func newStatus(table string, holders []lease.Holder, sems []lease.Semaphore) statusJSON {
-	st := statusJSON{Table: table, Leases: []statusLeaseJSON{}, Semaphores: []semaphoreJSON{}}
+func newStatus(table string, holders []lease.Holder, sems []lease.Semaphore, jobs []lease.JobSlot) statusJSON {
+	st := statusJSON{Table: table, Leases: []statusLeaseJSON{}, Semaphores: []semaphoreJSON{}, Jobs: []jobSlotJSON{}}
+	for _, j := range jobs {
+		st.Jobs = append(st.Jobs, toJobSlotJSON(j))
+	}
 	inUse := map[string]int{}
 	for _, h := range holders {
-		l := statusLeaseJSON{holderJSON: toJSON(h), Kind: h.Kind}
 		if h.Kind != lockKind {
-			l.Slot = &h.Slot
 			inUse[h.Name]++
 		}
-		st.Leases = append(st.Leases, l)
+		st.Leases = append(st.Leases, statusLeaseOf(h))
 	}
 	for _, s := range sems {
 		st.Semaphores = append(st.Semaphores, semaphoreJSON{Name: s.Name, Permits: s.Permits, InUse: inUse[s.Name]})
 	}
 	return st
+}
+
+// jobLines are the slots the table shows: of each job, its last slot done
+// and every slot after it, and every slot that is running or failed and not
+// done since. The JSON lists every slot.
+func jobLines(jobs []jobSlotJSON) []jobSlotJSON {
+	lastDone := map[string]int{}
+	for i, j := range jobs {
+		if j.Done {
+			lastDone[j.Job] = i
+		}
+	}
+	var out []jobSlotJSON
+	for i, j := range jobs {
+		last, done := lastDone[j.Job]
+		if !done || i >= last || j.Runner != nil || (!j.Done && j.Failures > 0) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// jobState says where a slot stands, for the table.
+func jobState(j jobSlotJSON) string {
+	switch {
+	case j.Done:
+		return "done at " + shortTime(*j.CompletedAt)
+	case j.Runner != nil:
+		return fmt.Sprintf("running on %s (token %d)", printable(j.Runner.HolderID), j.Runner.Token)
+	case j.Failures > 0:
+		return "failed, open"
+	}
+	return "open"
+}
+
+// statusLeaseOf is h as status lists it.
+func statusLeaseOf(h lease.Holder) statusLeaseJSON {
+	l := statusLeaseJSON{holderJSON: toJSON(h), Kind: h.Kind}
+	if h.Kind != lockKind {
+		l.Slot = &h.Slot
+	}
+	return l
 }
 
 // lockKind is lease.Holder.Kind of a lock.
@@ -169,11 +253,7 @@ func printStatus(w io.Writer, st statusJSON) error {
 			if l.Slot != nil {
 				kind = fmt.Sprintf("%s %d", kind, *l.Slot)
 			}
-			expires := l.ExpiresAt
-			if t, err := time.Parse(time.RFC3339Nano, l.ExpiresAt); err == nil {
-				expires = t.Format("2006-01-02T15:04:05.000Z07:00")
-			}
-			say(tw, "%s\t%s\t%s\t%d\t%s\n", l.Name, kind, l.HolderID, l.Token, expires)
+			say(tw, "%s\t%s\t%s\t%d\t%s\n", printable(l.Name), kind, printable(l.HolderID), l.Token, shortTime(l.ExpiresAt))
 		}
 		_ = tw.Flush() // into a strings.Builder, which cannot fail
 	}
@@ -182,7 +262,16 @@ func printStatus(w io.Writer, st statusJSON) error {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		say(tw, "SEMAPHORE\tIN USE\n")
 		for _, s := range st.Semaphores {
-			say(tw, "%s\t%d of %d\n", s.Name, s.InUse, s.Permits)
+			say(tw, "%s\t%d of %d\n", printable(s.Name), s.InUse, s.Permits)
+		}
+		_ = tw.Flush()
+	}
+	if len(st.Jobs) > 0 {
+		b.WriteString("\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		say(tw, "JOB\tSLOT\tSTATE\tRUNS\tFAILURES\n")
+		for _, j := range jobLines(st.Jobs) {
+			say(tw, "%s\t%s\t%s\t%d\t%d\n", printable(j.Job), j.Slot, jobState(j), j.Runs, j.Failures)
 		}
 		_ = tw.Flush()
 	}

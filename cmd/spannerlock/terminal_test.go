@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +29,26 @@ type terminal struct {
 }
 
 func newTerminal(t *testing.T, c *cli, script string) *terminal {
+	t.Helper()
+	return startInTerminal(t, c, "sh", "-c", script)
+}
+
+// interactiveShell is a terminal with an interactive bash in it, with job
+// control, as a user has: Ctrl-Z, fg, bg and jobs work as they do for them.
+// Its prompt is "$ ".
+func interactiveShell(t *testing.T, c *cli) *terminal {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skipf("no bash here: %v", err)
+	}
+	// --noediting: no readline, whose escape sequences would clutter the
+	// output.
+	term := startInTerminal(t, c, "bash", "--norc", "--noprofile", "--noediting", "-i")
+	term.typeIn("PS1='$ '; set +o history\n")
+	return term
+}
+
+func startInTerminal(t *testing.T, c *cli, program string, args ...string) *terminal {
 	t.Helper()
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
@@ -52,7 +73,7 @@ func newTerminal(t *testing.T, c *cli, script string) *terminal {
 	}
 	defer func() { _ = slave.Close() }()
 	term := &terminal{t: t, master: master, out: &syncBuffer{}, done: make(chan struct{})}
-	term.cmd = exec.Command("sh", "-c", script)
+	term.cmd = exec.Command(program, args...)
 	term.cmd.Dir, term.cmd.Env = c.dir, append(c.env, "SPANNERLOCK="+binary)
 	term.cmd.Stdin, term.cmd.Stdout, term.cmd.Stderr = slave, slave, slave
 	// A session of its own with the terminal as its controlling terminal,
@@ -76,7 +97,9 @@ func newTerminal(t *testing.T, c *cli, script string) *terminal {
 		close(term.done)
 	}()
 	t.Cleanup(func() {
-		_ = syscall.Kill(-term.cmd.Process.Pid, syscall.SIGKILL)
+		// The shell's jobs have process groups of their own, in its
+		// session: a test that failed may leave them behind.
+		killSession(term.cmd.Process.Pid)
 		<-term.done
 	})
 	return term
@@ -158,6 +181,20 @@ func TestTerminalStatusWatch(t *testing.T) {
 		if !read || !strings.Contains(d, clearLineEnd+"\r\n") ||
 			!strings.Contains(d, clearScreenEnd) {
 			t.Errorf("a draw without its header line, line clearing or screen clearing:\n%q", d)
+		}
+	}
+}
+
+// killSession kills every process of the session sid with SIGKILL.
+func killSession(sid int) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if s, err := unix.Getsid(pid); err == nil && s == sid {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }

@@ -19,7 +19,7 @@ const watchInterval = time.Second
 // nil. A first read that fails ends it; later failures are shown and the
 // read is tried again at the next refresh.
 func (a *app) watchStatus(c *conn, timeout time.Duration, format string) error {
-	ctx, end := a.sigs.interruptible(a.ctx)
+	ctx, end := a.sigs.interruptible(c.ctx)
 	defer end()
 	out := a.statusView(c, format)
 	tick := time.NewTicker(watchInterval)
@@ -31,6 +31,8 @@ func (a *app) watchStatus(c *conn, timeout time.Duration, format string) error {
 			return err
 		})
 		switch {
+		case outage(ctx) != nil:
+			return outage(ctx)
 		case ctx.Err() != nil:
 			return nil
 		case err != nil && !shown:
@@ -41,11 +43,14 @@ func (a *app) watchStatus(c *conn, timeout time.Duration, format string) error {
 			if err := out.show(st, time.Now()); err != nil {
 				return fmt.Errorf("writing the status: %w", err)
 			}
+			// Once it has shown a read, it shows an outage and keeps
+			// trying, instead of ending at one.
+			c.outages.pause()
 			shown = true
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return outage(ctx) // nil after a stopping signal
 		case <-tick.C:
 		}
 	}

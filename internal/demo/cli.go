@@ -37,7 +37,7 @@ func cliDemo(ctx context.Context, e *emulator.Emulator, db, work string) error {
 	}
 
 	slot := time.Now().UTC().Truncate(24 * time.Hour).Format(time.RFC3339)
-	say("three machines' crontabs call `spannerlock run-once nightly-report --slot %s` at once: the report runs once, and all three exit 0", slot)
+	say("three machines' crontabs call `spannerlock run-once nightly-report --slot %s` at once: the report runs once; that call exits 0, the two others 77 (done elsewhere, so CMD did not run)", slot)
 	runOnce := fmt.Sprintf(`spannerlock --poll-interval 100ms run-once nightly-report --slot %s -- sh -c 'echo "$WHO runs the nightly report for $SPANNERLOCK_SLOT"; sleep 1'
 	echo "$WHO: spannerlock exited $?"`, slot)
 	if err := together(ctx, env, "vm", runOnce); err != nil {

@@ -1,0 +1,126 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// completionScript writes spannerlock's completion script for shell into
+// dir and returns its path.
+func completionScript(t *testing.T, dir, shell string) string {
+	t.Helper()
+	r := run(t, dir, env(""), nil, "completion", shell)
+	if r.code != 0 {
+		t.Fatalf("completion %s: exit %d: %s", shell, r.code, r.stderr)
+	}
+	path := filepath.Join(dir, "spannerlock."+shell)
+	if err := os.WriteFile(path, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// bash completes commands, subcommands, each command's flags, the global
+// flags, the values of -o (per command) and --log-format, help topics, and
+// CMD after -- as a command.
+func TestCompletionBash(t *testing.T) {
+	dir := t.TempDir()
+	script := completionScript(t, dir, "bash")
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{"spannerlock lo", []string{"lock"}},
+		{"spannerlock --table jobs sem", []string{"semaphore"}},
+		{"spannerlock semaphore ", []string{"set", "get"}},
+		{"spannerlock lock --t", []string{"--timeout", "--try", "--table", "--ttl"}},
+		{"spannerlock status -o ", []string{"table", "json"}},
+		{"spannerlock elect --output ", []string{"text", "json"}},
+		{"spannerlock --log-format ", []string{"text", "json"}},
+		{"spannerlock run-once --d", []string{"--done-exit-code", "--database"}},
+		{"spannerlock help exit", []string{"exit-status"}},
+		{"spannerlock completion ", []string{"bash", "zsh", "fish"}},
+		{"spannerlock lock x -- printen", []string{"printenv"}},
+	} {
+		words := strings.Split(tc.line, " ")
+		cmd := exec.Command("bash", "-c", `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _spannerlock; printf '%s\n' "${COMPREPLY[@]}"`,
+			"bash", script)
+		cmd.Args = append(cmd.Args, words...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", tc.line, err, out)
+		}
+		if got := strings.Fields(string(out)); !sameWords(got, tc.want) {
+			t.Errorf("%q completes to %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}
+
+func sameWords(got, want []string) bool {
+	seen := map[string]bool{}
+	for _, w := range got {
+		seen[w] = true
+	}
+	if len(seen) != len(want) {
+		return false
+	}
+	for _, w := range want {
+		if !seen[w] {
+			return false
+		}
+	}
+	return true
+}
+
+// fish completes as bash does, with each flag's description.
+func TestCompletionFish(t *testing.T) {
+	if _, err := exec.LookPath("fish"); err != nil {
+		t.Skip("fish is not installed")
+	}
+	dir := t.TempDir()
+	script := completionScript(t, dir, "fish")
+	for line, want := range map[string][]string{
+		"spannerlock lo":             {"lock"},
+		"spannerlock semaphore ":     {"set", "get"},
+		"spannerlock status -o ":     {"table", "json"},
+		"spannerlock lock --tr":      {"--try"},
+		"spannerlock lock x -- prin": {"printenv", "printf"},
+	} {
+		out, err := exec.Command("fish", "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, line).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", line, err, out)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			got = append(got, strings.SplitN(l, "\t", 2)[0])
+		}
+		for _, w := range want {
+			if !strings.Contains(" "+strings.Join(got, " ")+" ", " "+w+" ") {
+				t.Errorf("%q completes to %q, want %q among them", line, got, w)
+			}
+		}
+		if strings.Contains(string(out), "Missing argument") {
+			t.Errorf("%q: fish complains:\n%s", line, out)
+		}
+	}
+}
+
+// zsh loads the script (which runs bash's function, tested above, through
+// bashcompinit) and registers it for spannerlock.
+func TestCompletionZsh(t *testing.T) {
+	if _, err := exec.LookPath("zsh"); err != nil {
+		t.Skip("zsh is not installed")
+	}
+	dir := t.TempDir()
+	script := completionScript(t, dir, "zsh")
+	out, err := exec.Command("zsh", "-f", "-c", `autoload -U compinit && compinit -u -d "$2" && source "$1" && print -r -- $_comps[spannerlock]`,
+		"zsh", script, filepath.Join(dir, "zcompdump")).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "_bash_complete -o default -F _spannerlock" {
+		t.Fatalf("zsh: %v\n%s", err, out)
+	}
+}

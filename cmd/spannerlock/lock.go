@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -49,6 +50,11 @@ Examples:
   # Wait at most 5 minutes; shell syntax needs --shell:
   spannerlock lock --timeout 5m --shell db-backup -- 'pg_dump app | gzip > /backups/app.gz'
 
+  # Readers share, a writer waits for them (and readers that come after it
+  # wait for the writer), as flock -s and flock -x:
+  spannerlock lock --shared catalog -- ./read-catalog.sh
+  spannerlock lock catalog -- ./rebuild-catalog.sh
+
   # Hold a lock by hand while you work; Ctrl-C releases it:
   spannerlock lock maintenance`,
 		run: runLock,
@@ -56,18 +62,28 @@ Examples:
 }
 
 func runLock(a *app, args []string) error {
-	return a.runHeld(args, "lock", "NAME", "it is held", func(c *conn, name string) acquisition {
+	var shared bool
+	flags := func(fs *flag.FlagSet) {
+		fs.BoolVar(&shared, "shared", false, "hold the lock shared, with other --shared holders and no exclusive one (as flock -s); "+
+			"shared and exclusive holders wait in one line, in the order they came")
+	}
+	return a.runHeld(args, "lock", "NAME", "it is held", flags, func(c *conn, name string) acquisition {
+		try, wait := c.lease.TryAcquire, c.lease.Acquire
+		if shared {
+			try, wait = c.lease.TryAcquireShared, c.lease.AcquireShared
+		}
 		return acquisition{
-			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquire(ctx, name) },
-			wait: func(ctx context.Context) (*lease.Lease, error) { return c.lease.Acquire(ctx, name) },
+			try:  func(ctx context.Context) (*lease.Lease, error) { return try(ctx, name) },
+			wait: func(ctx context.Context) (*lease.Lease, error) { return wait(ctx, name) },
 			busy: lockBusy(name),
 		}
 	})
 }
 
 // runHeld is lock and permit: it parses NAME and CMD with the waiting and
-// child flags, acquires what of gives for NAME, and runs CMD under it.
-func (a *app) runHeld(args []string, command, argName, busy string, of func(c *conn, name string) acquisition) error {
+// child flags (and the command's own, registered by flags), acquires what
+// of gives for NAME, and runs CMD under it.
+func (a *app) runHeld(args []string, command, argName, busy string, flags func(*flag.FlagSet), of func(c *conn, name string) acquisition) error {
 	fs := a.newFlagSet(command)
 	var (
 		wait waitFlags
@@ -75,6 +91,9 @@ func (a *app) runHeld(args []string, command, argName, busy string, of func(c *c
 	)
 	wait.register(a, fs, busy)
 	cf.register(fs)
+	if flags != nil {
+		flags(fs)
+	}
 	name, argv, err := a.parseOne(fs, args, argName)
 	if err != nil {
 		return err

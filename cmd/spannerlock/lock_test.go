@@ -514,3 +514,51 @@ func TestLockTimeoutShorterThanAnAnswer(t *testing.T) {
 		t.Fatalf("lock --timeout 10ms on a free lock: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 }
+
+// lock --shared holds a name with other readers (the library's and the
+// CLI's) and no writer; a writer waits in line, and status shows it there.
+func TestLockShared(t *testing.T) {
+	inEachDialect(t, func(t *testing.T, d locktable.Dialect) {
+		c := newCLIIn(t, d)
+		ctx := testContext(t)
+		reader, err := c.client(lease.WithHolderID("library-reader")).AcquireShared(ctx, "catalog")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.expect(0, "lock", "--shared", "--try", "catalog", "--", "touch", "shared-ran")
+		if !c.exists("shared-ran") {
+			t.Fatal("lock --shared --try exited 0 without running CMD")
+		}
+		c.expect(exitNotAcquired, "lock", "--try", "catalog", "--", "touch", "writer-ran")
+		if c.exists("writer-ran") {
+			t.Fatal("an exclusive lock ran CMD while a reader held the name")
+		}
+
+		writer := c.start("--holder-id", "cli-writer", "--poll-interval", "100ms", "lock", "--timeout", "1m", "catalog", "--", "touch", "writer-ran")
+		var st struct {
+			Waiters []waiterJSON `json:"waiters"`
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for len(st.Waiters) == 0 && time.Now().Before(deadline) {
+			r := c.expect(0, "status", "-o", "json")
+			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+				t.Fatalf("status -o json: %v\n%s", err, r.stdout)
+			}
+		}
+		if len(st.Waiters) != 1 || st.Waiters[0].Name != "catalog" || st.Waiters[0].HolderID != "cli-writer" || st.Waiters[0].Shared {
+			t.Fatalf("status waiters = %+v, want the exclusive cli-writer in line for catalog", st.Waiters)
+		}
+		if r := c.expect(0, "status"); !strings.Contains(r.stdout, "WAITING FOR") || !strings.Contains(r.stdout, "cli-writer") {
+			t.Fatalf("status table does not show the line:\n%s", r.stdout)
+		}
+		// A reader that comes after a waiting writer waits behind it.
+		c.expect(exitNotAcquired, "lock", "--shared", "--try", "catalog", "--", "true")
+		if err := reader.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		writer.expect(0)
+		if !c.exists("writer-ran") {
+			t.Fatal("the waiting writer exited 0 without running CMD")
+		}
+	})
+}

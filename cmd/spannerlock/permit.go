@@ -37,7 +37,7 @@ Examples:
 }
 
 func runPermit(a *app, args []string) error {
-	return a.runHeld(args, "permit", "SEMAPHORE", "every permit is in use", func(c *conn, name string) acquisition {
+	return a.runHeld(args, "permit", "SEMAPHORE", "every permit is in use", nil, func(c *conn, name string) acquisition {
 		return acquisition{
 			try:  func(ctx context.Context) (*lease.Lease, error) { return c.lease.TryAcquirePermit(ctx, name) },
 			wait: func(ctx context.Context) (*lease.Lease, error) { return c.lease.AcquirePermit(ctx, name) },

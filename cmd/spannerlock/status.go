@@ -80,6 +80,17 @@ type statusJSON struct {
 	Leases     []statusLeaseJSON `json:"leases"`
 	Semaphores []semaphoreJSON   `json:"semaphores"`
 	Jobs       []jobSlotJSON     `json:"jobs"`
+	// Waiters are the acquisitions waiting in line, by name, in the order
+	// they will be served.
+	Waiters []waiterJSON `json:"waiters"`
+}
+
+// waiterJSON is one acquisition waiting in a name's line.
+type waiterJSON struct {
+	Name     string `json:"name"`
+	HolderID string `json:"holder_id"`
+	Shared   bool   `json:"shared"`
+	Since    string `json:"since"` // RFC 3339, as every time status writes
 }
 
 // jobSlotJSON is a run-once slot as status lists it.
@@ -155,8 +166,13 @@ func readStatus(ctx context.Context, c *conn) (statusJSON, error) {
 		holders []lease.Holder
 		sems    []lease.Semaphore
 		jobs    []lease.JobSlot
+		waiters []lease.Waiter
 	)
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		waiters, err = c.lease.Waiters(gctx)
+		return err
+	})
 	g.Go(func() (err error) {
 		jobs, err = c.lease.Jobs(gctx)
 		return err
@@ -172,14 +188,18 @@ func readStatus(ctx context.Context, c *conn) (statusJSON, error) {
 	if err := g.Wait(); err != nil {
 		return statusJSON{}, err
 	}
-	return newStatus(c.table, holders, sems, jobs), nil
+	st := newStatus(c.table, holders, sems, jobs)
+	for _, w := range waiters {
+		st.Waiters = append(st.Waiters, waiterJSON{Name: w.Name, HolderID: w.HolderID, Shared: w.Shared, Since: formatTime(w.Since)})
+	}
+	return st, nil
 }
 
 // newStatus puts the two reads together. A semaphore's permits in use are
 // counted among the leases listed, so the output adds up even when a permit
 // changed hands between the reads.
 func newStatus(table string, holders []lease.Holder, sems []lease.Semaphore, jobs []lease.JobSlot) statusJSON {
-	st := statusJSON{Table: table, Leases: []statusLeaseJSON{}, Semaphores: []semaphoreJSON{}, Jobs: []jobSlotJSON{}}
+	st := statusJSON{Table: table, Leases: []statusLeaseJSON{}, Semaphores: []semaphoreJSON{}, Jobs: []jobSlotJSON{}, Waiters: []waiterJSON{}}
 	for _, j := range jobs {
 		st.Jobs = append(st.Jobs, toJobSlotJSON(j))
 	}
@@ -263,6 +283,19 @@ func printStatus(w io.Writer, st statusJSON) error {
 		say(tw, "SEMAPHORE\tIN USE\n")
 		for _, s := range st.Semaphores {
 			say(tw, "%s\t%d of %d\n", printable(s.Name), s.InUse, s.Permits)
+		}
+		_ = tw.Flush()
+	}
+	if len(st.Waiters) > 0 {
+		b.WriteString("\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		say(tw, "WAITING FOR\tIN LINE\tFIRST\tSINCE\n")
+		for i := 0; i < len(st.Waiters); {
+			first, n := st.Waiters[i], 0
+			for i < len(st.Waiters) && st.Waiters[i].Name == first.Name {
+				i, n = i+1, n+1
+			}
+			say(tw, "%s\t%d\t%s\t%s\n", printable(first.Name), n, printable(first.HolderID), shortTime(first.Since))
 		}
 		_ = tw.Flush()
 	}

@@ -166,6 +166,12 @@ func (l *Lease) isEnded() bool {
 // made concurrently, bounded like every call the Client makes on its own
 // even when ctx has no deadline.
 func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+	return l.guard(ctx, func() (bool, error) { return l.named(ctx, txn) })
+}
+
+// guard is Guard with the read of the lease's row inside the caller's
+// transaction given as named, so every kind of transaction has one Guard.
+func (l *Lease) guard(ctx context.Context, named func() (bool, error)) error {
 	if err := context.Cause(l.ctx); err != nil {
 		return fmt.Errorf("lease: Guard: %w", err)
 	}
@@ -185,7 +191,7 @@ func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) er
 		states, liveErr = readSessions(rctx, l.c.st.db, l.c.st.sql, []string{l.sess.id})
 		live = states[l.sess.id].live
 	}()
-	named, err := l.named(ctx, txn)
+	held, err := named()
 	wg.Wait()
 	if err == nil {
 		err = liveErr
@@ -193,7 +199,7 @@ func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) er
 	switch {
 	case err != nil:
 		return l.c.st.explain(err)
-	case !named:
+	case !held:
 		// Tokens only grow, so a row that no longer names this lease never
 		// will again.
 		l.lose(lossTaken, "Guard found it released or held by another")

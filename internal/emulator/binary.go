@@ -23,7 +23,8 @@ func Binary() (string, error) {
 	if p := os.Getenv("SPANNER_EMULATOR_BIN"); p != "" {
 		if err := checkExecutable(p); err != nil {
 			return "", fmt.Errorf("SPANNER_EMULATOR_BIN=%s: %w; point it at an emulator_main binary, "+
-				"unset it to search the gcloud SDK and $PATH, or set SPANNER_EMULATOR_HOST to a running emulator", p, err)
+				"such as the one the package google-cloud-cli-spanner-emulator installs; unset it to search the gcloud SDK and $PATH, "+
+				"or set SPANNER_EMULATOR_HOST to a running emulator", p, err)
 		}
 		return p, nil
 	}

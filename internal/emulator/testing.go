@@ -123,13 +123,47 @@ func Shared(t testing.TB) *Emulator {
 	if !shared.ran {
 		t.Fatal("emulator.Main did not run: add func TestMain(m *testing.M) { emulator.Main(m) } to this package")
 	}
-	if shared.err != nil {
-		if CI() {
-			t.Fatalf("Spanner emulator unavailable (failing, not skipping, because CI=true): %v", shared.err)
-		}
-		t.Skipf("Spanner emulator unavailable, skipping: %v", shared.err)
+	return usable(t, shared.emu, shared.err)
+}
+
+// onDemand is the emulator of a process whose tests did not run Main: the
+// first OnDemand starts it, or adopts SPANNER_EMULATOR_HOST, once.
+var onDemand struct {
+	once sync.Once
+	emu  *Emulator
+	err  error
+}
+
+// OnDemand is Shared for test packages without Main (those of applications
+// using leasetest): the package's emulator if Main ran, else one this
+// process starts at its first call, or adopts from SPANNER_EMULATOR_HOST,
+// and shares with every later call. Nothing stops a started one before the
+// process exits; the kernel kills it then (see Start). Without an emulator
+// the test is skipped with the reason, or fails when CI=true.
+func OnDemand(t testing.TB) *Emulator {
+	t.Helper()
+	if shared.ran {
+		return usable(t, shared.emu, shared.err)
 	}
-	return shared.emu
+	onDemand.once.Do(func() {
+		QuietClientBanner()
+		ctx, cancel := context.WithTimeout(context.Background(), mainStartTimeout)
+		defer cancel()
+		onDemand.emu, onDemand.err = startShared(ctx)
+	})
+	return usable(t, onDemand.emu, onDemand.err)
+}
+
+// usable skips or fails t when there is no emulator, and returns it.
+func usable(t testing.TB, e *Emulator, err error) *Emulator {
+	t.Helper()
+	if err != nil {
+		if CI() {
+			t.Fatalf("Spanner emulator unavailable (failing, not skipping, because CI=true): %v", err)
+		}
+		t.Skipf("Spanner emulator unavailable, skipping: %v", err)
+	}
+	return e
 }
 
 // Database gives the test a fresh database on the shared emulator, with ddl
@@ -138,14 +172,14 @@ func Shared(t testing.TB) *Emulator {
 // closed), because an instance holds at most 100 databases.
 func Database(t testing.TB, ddl ...string) string {
 	t.Helper()
-	return newDatabase(t, Shared(t).CreateDatabase, ddl)
+	return Shared(t).TestDatabase(t, "GOOGLE_STANDARD_SQL", ddl...)
 }
 
 // PostgreSQLDatabase is Database for a PostgreSQL-dialect database; ddl is
 // in that dialect.
 func PostgreSQLDatabase(t testing.TB, ddl ...string) string {
 	t.Helper()
-	return newDatabase(t, Shared(t).CreatePostgreSQLDatabase, ddl)
+	return Shared(t).TestDatabase(t, "POSTGRESQL", ddl...)
 }
 
 // DatabaseIn is Database or PostgreSQLDatabase by dialect, spelled as
@@ -153,15 +187,15 @@ func PostgreSQLDatabase(t testing.TB, ddl ...string) string {
 // that run once per dialect; ddl is in that dialect.
 func DatabaseIn(t testing.TB, dialect string, ddl ...string) string {
 	t.Helper()
-	return newDatabase(t, func(ctx context.Context, ddl ...string) (string, error) {
-		return Shared(t).CreateDatabaseIn(ctx, dialect, ddl...)
-	}, ddl)
+	return Shared(t).TestDatabase(t, dialect, ddl...)
 }
 
-func newDatabase(t testing.TB, create func(context.Context, ...string) (string, error), ddl []string) string {
+// TestDatabase is CreateDatabaseIn for a test: it fails the test on error
+// and drops the database at cleanup (after clients made later by
+// TestClient are closed), because an instance holds at most 100 databases.
+func (e *Emulator) TestDatabase(t testing.TB, dialect string, ddl ...string) string {
 	t.Helper()
-	e := Shared(t)
-	db, err := create(Context(t), ddl...)
+	db, err := e.CreateDatabaseIn(Context(t), dialect, ddl...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +215,13 @@ func newDatabase(t testing.TB, create func(context.Context, ...string) (string, 
 // retrying for a minute).
 func Client(t testing.TB, db string) *spanner.Client {
 	t.Helper()
-	e := Shared(t)
+	return Shared(t).TestClient(t, db)
+}
+
+// TestClient is NewClient for a test: it fails the test on error and closes
+// the client at cleanup.
+func (e *Emulator) TestClient(t testing.TB, db string) *spanner.Client {
+	t.Helper()
 	c, err := e.NewClient(Context(t), db)
 	if err != nil {
 		t.Fatal(err)

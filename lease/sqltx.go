@@ -1,0 +1,79 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// GuardSQL is Guard for a database/sql transaction on Spanner's driver
+// (github.com/googleapis/go-sql-spanner), for applications and ORMs that
+// write through database/sql: it reads the lease's row inside tx, so tx
+// cannot commit if another holder acquires the lease after the read, and it
+// asks Spanner, outside tx, whether the lease's session is live. Run tx
+// under l.Context() and roll it back when GuardSQL returns an error, which
+// matches ErrLeaseLost when the lease is no longer held:
+//
+//	tx, err := db.BeginTx(l.Context(), nil)
+//	...
+//	defer tx.Rollback()
+//	if err := l.GuardSQL(ctx, tx); err != nil {
+//		return err
+//	}
+//	// tx's writes, then tx.Commit()
+//
+// tx must be a read-write transaction (the default) on the database of the
+// lease's Client, at the default isolation level, serializable: at
+// repeatable read a read takes no lock, and nothing would stop a rival's
+// acquisition from committing first. The driver retries an aborted
+// transaction by replaying its statements, GuardSQL's read among them, and
+// refuses to commit the retry if the row it read has changed
+// (spannerdriver.ErrAbortedDueToConcurrentModification), so a retry never
+// commits a write the lease no longer covers. With
+// spannerdriver.RunTransaction, call GuardSQL inside the function, as
+// Guard is called inside spanner.Client.ReadWriteTransaction's.
+//
+// GuardSQL needs nothing of the driver but database/sql. It is tested with
+// go-sql-spanner v1.23.0, the newest release that requires no newer
+// cloud.google.com/go/spanner than v1.87.0; later releases require newer
+// clients and work the same.
+func (l *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
+	return l.guard(ctx, func() (bool, error) { return l.namedSQL(ctx, tx) })
+}
+
+// namedSQL is named for a database/sql transaction: the same row, the same
+// columns, read with the driver's own statement.
+func (l *Lease) namedSQL(ctx context.Context, tx *sql.Tx) (bool, error) {
+	q := l.c.st.sql
+	params := map[string]any{"name": l.name}
+	query := "SELECT token, session_id FROM " + q.QuoteTable(q.table) + " WHERE name = @name"
+	if l.slot != lockSlot {
+		params["slot"] = l.slot
+		query = "SELECT token, session_id FROM " + q.QuotePermitsTable(q.table) + " WHERE name = @name AND slot = @slot"
+	}
+	st := q.statement(query)
+	var args []any
+	if st.order == nil {
+		// GoogleSQL: parameters by name.
+		for name, v := range params {
+			args = append(args, sql.Named(name, v))
+		}
+	} else {
+		// PostgreSQL: numbered in order of appearance.
+		for _, name := range st.order {
+			args = append(args, params[name])
+		}
+	}
+	var (
+		token     int64
+		sessionID sql.NullString
+	)
+	err := tx.QueryRowContext(ctx, st.sql, args...).Scan(&token, &sessionID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return token == l.token && sessionID.String == l.sess.id, nil
+}

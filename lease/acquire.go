@@ -7,13 +7,16 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"google.golang.org/grpc/codes"
 )
 
 // TryAcquire acquires the named lease if no one holds it, in one read-write
 // transaction. When a live holder has it, including this Client (leases are
-// not re-entrant), the error matches ErrNotAcquired and, for another holder,
-// is a *HeldError naming it. A returned lease is live: if its session ended
-// while it was acquired, TryAcquire tries again with a new one.
+// not re-entrant), the error matches ErrNotAcquired; when another Client
+// holds it, the error is a *HeldError naming the holder. When Spanner could
+// not answer, the error is Spanner's and does not match ErrNotAcquired. A
+// returned lease is live: if its session ended while it was acquired,
+// TryAcquire tries again with a new one.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: TryAcquire: %w", err)
@@ -21,11 +24,15 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 	return c.acquire(ctx, "TryAcquire", lockTarget{lockName: name}, newAcquireConfig(opts), true)
 }
 
-// Acquire blocks until it holds the named lease or ctx ends; then it returns
-// an error wrapping ctx.Err(). While another process holds the lease it reads
-// the lease row after 25ms, then at doubling intervals up to the poll
-// interval, and sooner when the holder's lease is due to expire; a Release in
-// this process wakes it at once.
+// Acquire blocks until it holds the named lease or ctx ends. While another
+// process holds the lease it reads the lease row after 25ms, then at
+// doubling intervals up to the poll interval, and sooner when the holder's
+// lease is due to expire; a Release in this process wakes it at once.
+//
+// When ctx ends first, the error wraps ctx.Err() and says what the last look
+// at Spanner found: if the lease was held, the error also matches
+// ErrNotAcquired (a *HeldError names the holder); if Spanner could not be
+// reached, it wraps that error instead, and does not match ErrNotAcquired.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: Acquire: %w", err)
@@ -64,21 +71,24 @@ func (c *Client) acquireOrWait(ctx context.Context, t target, cfg acquireConfig,
 		}
 		var b *busy
 		switch {
-		case errors.Is(err, ErrClosed), errors.Is(err, errCompleted):
+		case errors.Is(err, ErrClosed), errors.Is(err, errCompleted), errors.Is(err, ErrTooManyFailures):
 			return nil, err
 		case ctx.Err() != nil:
-			// Spanner's own deadline error does not wrap ctx's; callers
-			// match errors.Is(err, context.DeadlineExceeded).
-			return nil, fmt.Errorf("lease: acquiring %q: %w", t.name(), ctx.Err())
+			if errors.As(err, &b) {
+				w.saw(err) // Spanner answered before ctx ended
+			}
+			return nil, w.gaveUp(ctx)
 		case errors.Is(err, errReaped):
 			continue
 		case try:
 			return nil, err
 		case errors.As(err, &b):
+			w.saw(err)
 			err = w.untilFree(ctx, t, b)
 		case transient(err), errors.As(err, new(errSessionGone)), errors.Is(err, ErrLeaseLost):
 			// An outage, or sessions ending as fast as they start (a
 			// loaded machine): the next try starts a new one.
+			w.saw(err)
 			c.log.Warn("acquire failed; retrying", "name", t.name(), "err", err)
 			err = w.sleep(ctx, nil, 0)
 		}
@@ -96,7 +106,7 @@ const bornLostRetries = 2
 // session) when the session it used turned out to be gone or ended while it
 // ran, so that it never returns a lease that is already lost.
 func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig) (*Lease, error) {
-	if err := c.prepare(ctx); err != nil {
+	if err := c.st.prepare(ctx); err != nil {
 		return nil, err
 	}
 	wait, err := c.reserve(t)
@@ -107,7 +117,7 @@ func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig) (
 		return nil, &busy{err: fmt.Errorf("%w: %q is held or being acquired by this Client", ErrNotAcquired, t.name()), local: wait}
 	}
 	for tries := 0; ; tries++ {
-		s, r, err := c.join(ctx)
+		s, r, err := c.keeper.join(ctx)
 		if err != nil {
 			c.unreserve(t)
 			return nil, err
@@ -121,7 +131,7 @@ func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig) (
 			c.unreserve(t)
 			return nil, err
 		}
-		l := newLease(s, t, g, cfg.payload)
+		l := newLease(c, s, t, g, cfg.payload)
 		if !c.register(t, l) {
 			c.giveBack(l)
 			return nil, ErrClosed
@@ -148,25 +158,98 @@ type attempt struct {
 	s    *session
 	role role
 	cfg  acquireConfig
-	// sent is when the transaction began: the session's deadline counts from it.
+	// sent is when the transaction's current try began: the session's
+	// deadline counts from it.
 	sent time.Time
+	// grant is the grant ID of the current try.
+	grant string
 }
 
-// useSession checks, inside the transaction, what Spanner says of the
-// session (self; see role.check) and buffers the role's write of its row.
-func (a *attempt) useSession(tx *spanner.ReadWriteTransaction, self spanner.NullBool) error {
-	if err := a.role.check(a.s, self); err != nil {
-		return err
-	}
-	if m := a.role.write(a.c, a.s, a.sent); m != nil {
-		return tx.BufferWrite([]*spanner.Mutation{m})
+// sessionWrites are the writes of the session's row that the attempt's
+// role makes: none, its creation, or its renewal. All blind.
+func (a *attempt) sessionWrites() []*spanner.Mutation {
+	if m := a.s.write(a.role, a.c.cfg.holderID, a.c.st.sql, a.sent); m != nil {
+		return []*spanner.Mutation{m}
 	}
 	return nil
 }
 
-// attempt runs one acquiring transaction (the Spanner client retries its
-// aborts) and settles what its outcome means for the session: confirmed,
-// certainly not written, ended (gone from Spanner), or unknown.
+// knownDead reports whether a row's session is known to hold nothing: one
+// of this Client's ended sessions, or another's that Spanner was seen to
+// have expired. A row of this Client's current session that it let us
+// acquire is an orphan too: a lease let go whose release has not reached
+// Spanner yet, or an acquisition whose outcome was never learnt. A Client
+// holds a lock once, so nothing uses it; for permits, the current session's
+// rows may be held, and count as live.
+func (a *attempt) knownDead(r *row, lock bool) (dead, known bool) {
+	id := r.sessionID.StringVal
+	switch {
+	case !r.sessionID.Valid:
+		return true, true
+	case id == a.s.id:
+		return lock, true
+	case a.c.keeper.owns(id), a.c.keeper.dead.has(id):
+		return true, true
+	}
+	return false, false
+}
+
+// assumeLive marks every row live whose session is not known to be dead,
+// and reports whether any was unknown.
+func (a *attempt) assumeLive(rows []*row) (unknown bool) {
+	for _, r := range rows {
+		dead, known := a.knownDead(r, false)
+		r.live = !dead
+		unknown = unknown || !known
+	}
+	return unknown
+}
+
+// holdersLive learns whether the sessions named by rows read in the
+// transaction are live, by one strong read outside it for those not known
+// (and, with needMarks, for every other session, for its worker-ID mark):
+// reading them inside would hold a lock on each session's row until the
+// transaction ended, and make its renewals wait.
+func (a *attempt) holdersLive(ctx context.Context, rows []*row, needMarks bool) error {
+	lock := len(rows) == 1 && rows[0].slot == lockSlot
+	var ids []string
+	for _, r := range rows {
+		dead, known := a.knownDead(r, lock)
+		r.live = known && !dead
+		if r.sessionID.Valid && r.sessionID.StringVal != a.s.id && (!known || needMarks) {
+			ids = append(ids, r.sessionID.StringVal)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rctx, cancel := outsideTransaction(ctx)
+	defer cancel()
+	states, err := readSessions(rctx, a.c.st.db, a.c.st.sql, ids)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		id := r.sessionID.StringVal
+		if !r.sessionID.Valid || id == a.s.id {
+			continue
+		}
+		dead, known := a.knownDead(r, lock)
+		r.withSession(states[id]) // a session with no row is not live
+		if known && dead {
+			r.live = false
+		}
+		if !r.live {
+			a.c.keeper.dead.add(id)
+		}
+	}
+	return nil
+}
+
+// attempt runs one acquiring transaction (retrying Spanner's aborts) and
+// settles what its outcome means for the session: confirmed, certainly not
+// written, ended (gone from Spanner, or committed too late to count), or
+// unknown.
 func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg acquireConfig) (grant, error) {
 	var (
 		a          *attempt
@@ -181,26 +264,35 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
-	resp, err := c.db.ReadWriteTransactionWithOptions(actx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		a = &attempt{c: c, s: s, role: r, cfg: cfg, sent: time.Now()}
-		var err error
-		g, err = t.take(ctx, tx, a)
+	deadline, _ := actx.Deadline()
+	commitTs, err := c.st.transact(actx, callerLane, "spannerlock-acquire", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		a = &attempt{c: c, s: s, role: r, cfg: cfg, sent: time.Now(), grant: randomHex(16)}
+		var (
+			writes []*spanner.Mutation
+			err    error
+		)
+		g, writes, err = t.take(ctx, tx, a)
 		reaped = errors.Is(err, errReaped)
 		committing = err == nil || reaped
 		if reaped {
-			return nil
+			return writes, nil
 		}
-		return err
-	}, spanner.TransactionOptions{TransactionTag: "spannerlock-acquire"})
-	if err != nil && committing && !reaped {
+		return writes, err
+	})
+	switch {
+	case err != nil && committing && r == create && spanner.ErrCode(err) == codes.AlreadyExists:
+		err = errSessionGone{s} // the session's ID was already in Spanner
+	case err != nil && committing && r == joinRefresh && isRowNotFound(err):
+		err = errSessionGone{s}
+	case err != nil && committing && !reaped:
 		// The commit may have happened (DEADLINE_EXCEEDED or UNAVAILABLE on
 		// Commit): read the row rather than guess.
 		if got, held := c.heldAfter(ctx, t, s, g); held {
 			c.log.Info("acquisition committed despite an error", "name", t.name(), "token", g.token, "err", err)
-			err, resp.CommitTs = nil, got.acquired.Time
+			err, commitTs = nil, got.acquired.Time
 		} else {
-			c.outcomeUnknown(s, r, t, g)
-			return grant{}, c.explain(err)
+			c.outcomeUnknown(s, r, t, g, deadline)
+			return grant{}, c.st.explain(err)
 		}
 	}
 	var gone errSessionGone
@@ -208,17 +300,23 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 	case err == nil && reaped:
 		c.remember(t)
 		return grant{}, errReaped
+	case err == nil && !s.confirm(r, a.sent, commitTs):
+		// Committed too late to count, or into a session that ended
+		// meanwhile: its row may have expired in Spanner before the lease
+		// was written. The lease is born lost; a new session follows.
+		c.remember(t)
+		c.keeper.endSession(s, lossDeadline, "an acquisition committed after its session could have expired in Spanner")
+		return grant{}, errSessionGone{s}
 	case err == nil:
-		g.acquiredAt = resp.CommitTs
-		s.confirmed(r, a.sent)
+		g.acquiredAt = commitTs
 		c.remember(t)
 		c.log.Debug("acquired", "name", t.name(), "slot", g.slot, "token", g.token)
 		return g, nil
 	case errors.As(err, &gone) && r == create:
-		c.abandon(s, "its ID was already in Spanner")
+		c.keeper.abandon(s, "its ID was already in Spanner")
 		return grant{}, err
 	case errors.As(err, &gone):
-		c.endSession(s, lossSessionGone, "an acquisition found its session expired in Spanner")
+		c.keeper.endSession(s, lossSessionGone, "an acquisition found its session gone from Spanner")
 		return grant{}, err
 	}
 	var b *busy
@@ -226,7 +324,7 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		c.remember(t)
 		return grant{}, err
 	}
-	return grant{}, c.explain(err)
+	return grant{}, c.st.explain(err)
 }
 
 // heldAfter reads whether an acquisition whose commit reported an error
@@ -235,21 +333,22 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 func (c *Client) heldAfter(ctx context.Context, t target, s *session, g grant) (row, bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
 	defer cancel()
-	r, err := t.read(rctx, c.db.Single(), c, g)
-	return r, err == nil && r.heldBy(s.id, g.token)
+	r, err := t.read(rctx, c, g)
+	return r, err == nil && r.heldBy(s.id, g.token, g.id)
 }
 
 // outcomeUnknown makes sure an acquisition that may yet commit holds nothing
 // for longer than a TTL. A creator's session is abandoned (its row is
-// written as expired, which also makes a late insert of it fail). A joiner's
-// transaction read its session row, so the next renewal, which writes that
-// row, is ordered after it by Spanner: it clears the grant if it landed.
-func (c *Client) outcomeUnknown(s *session, r role, t target, g grant) {
+// written as expired, which also makes a late insert of it fail). A
+// joiner's grant is left to the keeper, which clears the row if it names
+// the grant, until the transaction can no longer land (its deadline).
+func (c *Client) outcomeUnknown(s *session, r role, t target, g grant, deadline time.Time) {
 	if r == create {
-		c.abandon(s, "the acquisition that created it has an unknown outcome")
+		c.keeper.abandon(s, "the acquisition that created it has an unknown outcome")
 		return
 	}
-	c.letGoLater(s, letGo{leaseKey: leaseKey{name: t.name(), slot: g.slot, token: g.token}})
+	c.keeper.letGoLater(s, letGo{leaseKey: leaseKey{name: t.name(), slot: g.slot, token: g.token, grant: g.id},
+		until: deadline.Add(c.cfg.endTimeout())})
 }
 
 // reserve claims a lock name for one acquisition by this Client; it returns
@@ -297,23 +396,26 @@ func (c *Client) unreserve(t target) {
 // claim on its name; it reports false if the Client closed meanwhile.
 func (c *Client) register(t target, l *Lease) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if t.lock() {
 		st := c.state(l.name)
 		st.acquiring = false
-		defer c.settle(l.name, st)
-		if c.closed {
-			return false
+		if !c.closed {
+			st.held = l
 		}
-		st.held = l
-	} else {
-		if c.closed {
-			return false
+		c.settle(l.name, st)
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	if closed || !c.keeper.register(l) {
+		c.mu.Lock()
+		if st := c.names[l.name]; t.lock() && st != nil && st.held == l {
+			st.held = nil
+			c.settle(l.name, st)
 		}
-		c.permits[l.key().slotKey()] = l
+		c.mu.Unlock()
+		return false
 	}
 	l.registered()
-	c.startKeeper()
 	return true
 }
 

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"cloud.google.com/go/spanner"
-	"google.golang.org/grpc/codes"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
 )
@@ -18,47 +16,29 @@ import (
 // Client acquires and renews leases in one lock table. It is safe for
 // concurrent use from its first call. All leases a Client holds are renewed
 // together, by one transaction per renewal interval.
+//
+// A Client is the public face of three parts: the store (store.go,
+// transactions.go, sql.go, row.go) runs every statement and transaction;
+// the keeper (keeper.go, session.go) owns the Client's session and renews
+// it; the Client takes, waits for and lets go of leases over them.
 type Client struct {
-	db    *spanner.Client
-	table string
-	// sql is set by prepare, once the database's dialect is known; every
-	// statement comes from it.
-	sql      statements
-	prepMu   sync.Mutex
-	prepared bool
-	cfg      config
-	log      *slog.Logger
-	tel      telemetry
-	// signals is keyed by database and table so that Clients of one process
-	// sharing a table wake each other's waiters on release.
-	signalPrefix string
-
-	// background is cancelled by Close; renewals run under it.
-	background context.Context
-	stop       context.CancelFunc
-	// kick wakes the renewal loop when a let-go is waiting.
-	kick chan struct{}
+	st     *store
+	keeper *keeper
+	table  string
+	cfg    config
+	log    *slog.Logger
+	tel    telemetry
 
 	mu     sync.Mutex
 	closed bool
-	// sess is the session new acquisitions join; see session.
-	sess  *session
+	// names is what this Client is doing with each lock name.
 	names map[string]*nameState
-	// permits are the semaphore permits and worker IDs this Client holds.
-	permits map[slotKey]*Lease
 	// known are lock names whose rows exist, so acquisitions of them skip
 	// the attempt to insert a first row.
-	known   map[string]struct{}
-	keeping bool
-	keeper  sync.WaitGroup
+	known map[string]struct{}
 }
 
-type slotKey struct {
-	name string
-	slot int64
-}
-
-// nameState is what this Client is doing with one lease name. A Client runs
+// nameState is what this Client is doing with one lock name. A Client runs
 // at most one acquisition per name at a time and holds a name at most once.
 type nameState struct {
 	acquiring bool
@@ -81,54 +61,17 @@ func NewClient(db *spanner.Client, table string, opts ...Option) (*Client, error
 	if err != nil {
 		return nil, fmt.Errorf("lease: NewClient: %w", err)
 	}
-	background, stop := context.WithCancel(context.Background())
 	c := &Client{
-		db:           db,
-		table:        table,
-		cfg:          cfg,
-		signalPrefix: db.DatabaseName() + "\x00" + table + "\x00",
-		background:   background,
-		stop:         stop,
-		kick:         make(chan struct{}, 1),
-		names:        map[string]*nameState{},
-		permits:      map[slotKey]*Lease{},
-		known:        map[string]struct{}{},
+		table: table,
+		cfg:   cfg,
+		names: map[string]*nameState{},
+		known: map[string]struct{}{},
 	}
-	c.sess = newSession(c)
+	c.st = newStore(db, table, cfg)
 	c.log = cfg.logger.With("table", table, "holder_id", cfg.holderID)
 	c.tel = newTelemetry(table, cfg.meterProvider, cfg.tracerProvider)
+	c.keeper = newKeeper(c.st, cfg, c.log, c.tel)
 	return c, nil
-}
-
-// dialects caches each database's dialect for the process: it is chosen
-// when the database is created and never changes, so Clients of one
-// database read it once between them.
-var dialects sync.Map // database name -> locktable.Dialect
-
-// prepare readies the Client's statements in its database's dialect, which
-// it reads (one query) the first time this process uses the database.
-// Every operation that reaches Spanner calls it first; NewClient does no I/O.
-func (c *Client) prepare(ctx context.Context) error {
-	c.prepMu.Lock()
-	defer c.prepMu.Unlock()
-	if c.prepared {
-		return nil
-	}
-	cached, known := dialects.Load(c.db.DatabaseName())
-	d, _ := cached.(locktable.Dialect)
-	if !known {
-		ctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
-		defer cancel()
-		read, err := locktable.DatabaseDialect(ctx, c.db)
-		if err != nil {
-			return fmt.Errorf("lease: %w", err)
-		}
-		stored, _ := dialects.LoadOrStore(c.db.DatabaseName(), read)
-		d, _ = stored.(locktable.Dialect)
-	}
-	c.sql = newStatements(d, c.table)
-	c.prepared = true
-	return nil
 }
 
 // HolderID returns the identity this Client records with its leases.
@@ -171,37 +114,33 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	held := c.leasesLocked()
 	for _, st := range c.names {
 		close(st.changed)
 		st.changed = make(chan struct{})
 	}
-	s := c.sess
 	c.mu.Unlock()
-	c.stop()
-	c.keeper.Wait()
+	s, held, expiring := c.keeper.close()
 
 	for _, l := range held {
 		l.end(ErrClosed, nil)
 	}
 	defer func() {
 		for _, l := range held {
-			announceRelease(c.signalPrefix + l.name)
+			announceRelease(c.st.signalKey(l.name))
 		}
 	}()
 	// Every lease has ended, so worker IDs were last used before now.
-	now := time.Now().Round(0)
+	now := time.Now()
 	gos := s.takeLetGos()
 	for _, l := range held {
 		if l.sess == s && l.slot != lockSlot {
-			gos = append(gos, letGo{leaseKey: l.key(), mark: now})
+			gos = append(gos, letGo{leaseKey: l.key(), mark: l.stoppedAt(now)})
 		}
 	}
-	s.mu.Lock()
-	hasRow := s.state == sessionActive || s.state == sessionCreating
-	s.mu.Unlock()
-	s.end()
-	if !hasRow {
+	if ended, mayBeLive := s.end(lossClosed); ended && mayBeLive {
+		expiring = append(expiring, s.id)
+	}
+	if len(expiring) == 0 {
 		return nil
 	}
 	// Expiring the session releases every lock naming it at once; permit
@@ -211,47 +150,34 @@ func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.ttl, 5*time.Second))
 	defer cancel()
 	var err error
-	for {
+	if len(gos) == 0 {
+		err = c.st.expireSessions(ctx, expiring, c.cfg.holderID)
+	}
+	for len(gos) > 0 {
 		batch := gos[:min(len(gos), maxSyncBatch)]
 		gos = gos[len(batch):]
-		w := keepSession
+		var expire []string
 		if len(gos) == 0 {
-			w = expireSession
+			expire = expiring
 		}
-		if _, err = c.sync(ctx, s, nil, batch, w, "spannerlock-close"); err != nil || w == expireSession {
+		if _, err = c.st.letGo(ctx, keeperLane, "spannerlock-close", s, c.cfg.holderID, batch, expire); err != nil {
 			break
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("lease: Close: releasing %d leases (they expire within %s): %w", len(held), c.cfg.ttl, c.explain(err))
+		return fmt.Errorf("lease: Close: releasing %d leases (they expire within %s): %w", len(held), c.cfg.ttl, c.st.explain(err))
 	}
 	return nil
 }
 
-// leasesLocked returns every lease the Client holds; c.mu is held.
-func (c *Client) leasesLocked() []*Lease {
-	var leases []*Lease
-	for _, st := range c.names {
-		if st.held != nil {
-			leases = append(leases, st.held)
-		}
-	}
-	for _, l := range c.permits {
-		leases = append(leases, l)
-	}
-	return leases
-}
-
 // forget drops an ended lease from the Client and wakes local waiters.
 func (c *Client) forget(l *Lease) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.keeper.forget(l)
 	if l.slot != lockSlot {
-		if k := l.key().slotKey(); c.permits[k] == l {
-			delete(c.permits, k)
-		}
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if st := c.names[l.name]; st != nil && st.held == l {
 		st.held = nil
 		c.settle(l.name, st)
@@ -278,68 +204,9 @@ func (c *Client) settle(name string, st *nameState) {
 	st.changed = make(chan struct{})
 }
 
-// explain adds what to do to errors whose cause is a missing or outdated table.
-func (c *Client) explain(err error) error {
-	if err == nil {
-		return nil
-	}
-	code := spanner.ErrCode(err)
-	msg := err.Error()
-	missing := strings.Contains(msg, "Table not found") || strings.Contains(msg, "Column not found") ||
-		strings.Contains(msg, "Unrecognized name") || strings.Contains(msg, "does not exist")
-	// A table from before schema version 2 has no default for the token.
-	outdated := strings.Contains(msg, "token") && (strings.Contains(msg, "null value") || strings.Contains(msg, "NULL value") || strings.Contains(msg, "NOT NULL"))
-	if (code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition) && (missing || outdated) {
-		ddl := "lease.DDL"
-		if c.prepared && c.sql.pg() {
-			// Quoted names keep their case in PostgreSQL, so "Locks" and
-			// "locks" are two tables there.
-			ddl = "lease.PostgreSQL.DDL, with the table's name in the same letter case"
-		}
-		return fmt.Errorf("%w (is table %s created at schema version %d? apply it with Terraform's spannerlock_table or %s)", err, c.table, locktable.Latest, ddl)
-	}
-	return err
-}
-
-// runInBackground runs fn, each try bounded by the call timeout, retrying
-// transient failures with backoff for at most a TTL: by then whatever it
-// settles has expired on its own.
-func (c *Client) runInBackground(fn func(ctx context.Context) error) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ttl)
-		defer cancel()
-		for attempt := 0; ; attempt++ {
-			tctx, tcancel := context.WithTimeout(ctx, c.cfg.callTimeout())
-			err := fn(tctx)
-			tcancel()
-			if err == nil || !transient(err) || ctx.Err() != nil {
-				if err != nil {
-					c.log.Warn("background write failed; what it settles expires within the TTL", "err", c.explain(err))
-				}
-				return
-			}
-			t := time.NewTimer(backoff(attempt, c.cfg.renewInterval))
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-		}
-	}()
-}
-
-// transient reports whether an error is worth retrying: the Spanner client
-// has already retried what it can, so these are outages, not mistakes. A
-// call that ran out of the Client's own bound (callTimeout) is one too;
-// callers check their own context first. Other errors that did not come
-// from Spanner (ErrCode says Unknown for them) never are.
-func transient(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	switch spanner.ErrCode(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal:
-		return true
-	}
-	return false
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }

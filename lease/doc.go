@@ -40,13 +40,16 @@
 // with another, and every reader judges expiry by the holder's TTL, not its
 // own.
 //
-// One transaction per acquisition. Acquiring a free or expired lease is one
-// read-write transaction of two RPCs, whether the name is new (the schema
-// picks its first token) or known; the first acquisition by a Client of a
-// name that already exists costs one more statement, once. Releasing is one
-// more transaction of two RPCs. The first call that reaches Spanner in a
-// process also reads the database's dialect (one query), once for all the
-// Clients of that database.
+// One transaction per acquisition. Acquiring a free or released lease is
+// one read-write transaction of two RPCs, whether the name is new (the
+// schema picks its first token) or known; the first acquisition by a
+// Client of a name that already exists costs one more statement, once.
+// When the row names another Client's session that this Client has not
+// seen expire (the lease is held, or its holder died), one strong read of
+// that session outside the transaction decides, one more RPC. Releasing is
+// one more transaction of two RPCs. The first call that reaches Spanner in
+// a process also reads the database's dialect (one query), once for all
+// the Clients of that database.
 //
 // One session per Client. Every lease a Client holds names its session, one
 // row that is renewed once per renewal interval for all of them: two RPCs
@@ -56,9 +59,27 @@
 // fails it is lost. One renewal checks at most 1,000 leases, taking them in
 // turn, and every commit the Client makes stays far below Spanner's 80,000
 // mutations, however many leases or expired permits there are. If the
-// session expired in Spanner, every lease of the Client is lost and the next
-// acquisition starts a new session, so a lease presumed lost never comes
-// back to life. A Client is safe for concurrent use from its first call.
+// session's row is gone from Spanner, every lease of the Client is lost and
+// the next acquisition starts a new session, so a lease presumed lost never
+// comes back to life. A Client is safe for concurrent use from its first
+// call, and runs at most WithMaxTransactions read-write transactions at
+// once for its callers (renewals never wait for a turn): from Spanner
+// client v1.88.0, multiplexed sessions no longer throttle them.
+//
+// No transaction holds up a renewal. On Spanner a read-write transaction
+// keeps a shared lock on every row it read until it ends, which for one
+// whose Commit or Rollback is lost in the network is its deadline, and a
+// younger writer of that row waits. So no read-write transaction reads a
+// session row: acquisitions, releases and Guard learn whether a session is
+// live from strong reads outside their transactions, which take no lock,
+// and every write of a session row (its creation, renewals, the write that
+// expires it) is blind. A renewal reads the rows of the leases it checks
+// (shared locks never wait for each other) and writes only its own
+// session's row, which no other transaction locks; the writes that a long
+// transaction of another Client, or Guard in the application's own, could
+// make wait are made by transactions of their own: clearing a lease let go
+// and restamping a lock row for cleanup. Which rows each transaction reads
+// and writes is listed in the source, transactions.go.
 //
 // Loss before takeover. A lease's Context is cancelled when a renewal or
 // Guard confirms the lease is gone, and at its session's local deadline: the
@@ -66,16 +87,23 @@
 // acquisition that created or refreshed it) plus TTL minus a safety margin
 // of TTL/10, on the monotonic clock. A Spanner commit timestamp is never
 // earlier than the moment its transaction began, so the holder's Context
-// ends before any rival can acquire. The margin is the time the holder has
-// to stop work. Every lease has a local deadline: the Client counts only
-// writes of its session row that it saw commit, and when the outcome of the
-// commit that would create the row is unknown, it abandons that session
-// (writing it as expired) and starts a new one rather than guess. No lease
-// starts with less than half a TTL before its local deadline: an
-// acquisition into a session with less left (a Client that held nothing for
-// a while) renews the session in the same transaction, which gives it a
-// full TTL; a session with more left is renewed on the Client's schedule,
-// well before that deadline.
+// ends before any rival can acquire. Since a rival judges the holder's
+// session outside its transaction, a renewal could commit after a rival
+// saw the session expired; commit timestamps reveal it (the renewal
+// committed more than TTL minus the margin after the last confirmed one),
+// and the session then ends as if its deadline had passed, which locally it
+// had: no lease the rival may have taken is used on the strength of that
+// renewal. The margin is the time the holder has to stop work. Every lease
+// has a local deadline: the Client counts only writes of its session row
+// that it saw commit, and when the outcome of the commit that would create
+// the row is unknown, it abandons that session (writing it as expired) and
+// starts a new one rather than guess. An acquisition into a session with
+// less than half a TTL left (a Client that held nothing for a while)
+// renews the session in the same transaction (or, with less than a quarter
+// left, starts a new one), so the lease starts with close to a full TTL;
+// an acquisition into a livelier session starts with what its
+// session has left, more than half a TTL when it began (the keeper renews
+// every TTL/3).
 //
 // No false alarms. A failed renewal (one lost RPC, an abort, a brief outage)
 // is retried with backoff until the local deadline; the Context is cancelled
@@ -89,38 +117,48 @@
 // unknown (DEADLINE_EXCEEDED or UNAVAILABLE on Commit), Acquire and Release
 // read the row to learn what happened instead of guessing. If that read
 // fails too, a lease that may have been acquired, or may not have been
-// released, is left to the Client's next renewal, which Spanner orders after
-// the unknown transaction (both use the session row) and which clears the
-// row if it still names the lease. A renewal with an unknown outcome extends
-// nothing and is retried.
+// released, is left to the Client, which clears the row, in a transaction
+// of its own, whenever it names the lease, until the unknown transaction's
+// deadline has passed. A renewal with an unknown outcome extends nothing
+// and is retried.
 //
 // Letting go. No lease stays held for longer than a TTL, plus one renewal
 // that may have been under way, after its owner let go: a Release,
 // including one that failed; a Campaign that stepped down or ended; a
-// RunOnce that finished; an acquisition whose outcome was never learnt; or
-// Close. A lease let go is no longer renewed.
+// RunOnce that finished or panicked; an acquisition whose outcome was never
+// learnt; or Close. A lease let go is no longer renewed. A session that
+// ends without Spanner having said so (its deadline passed) is written as
+// expired in the background, so its leases are free for others at once.
 //
 // Bounded calls. Every database call the Client makes on its own has a
 // deadline: acquisition attempts, releases, RunOnce completions and the
 // reads that settle unknown outcomes at TTL minus the safety margin (at
-// most 10s), renewals at half the renewal interval, Close at the TTL (at
-// most 5s). Calls also end with the caller's context.
+// most 10s), a waiter's reads at twice the poll interval (at least 1s, at
+// most that), renewals at half the renewal interval, Close at the TTL (at
+// most 5s). Calls also end with the caller's context. A transaction that
+// will not commit is rolled back under the same deadline (the Spanner
+// client's own rollback would use a background context and 30 seconds), or
+// within a second of its own when the caller's context has already ended.
 //
 // # Details
 //
 //   - TTL defaults to 10s and must be within [1s, 24h]; the renewal interval
 //     (WithRenewInterval) defaults to TTL/3 and may not exceed it.
-//   - Acquire blocks until the lease is held or ctx ends, and then returns an
-//     error wrapping ctx.Err(). While another process holds the lease it
-//     reads the lease row after 25ms, then at doubling intervals up to the
-//     poll interval (WithPollInterval, default 1s), where it stays, so a
-//     short hold hands off quickly and a long wait costs one read per
-//     interval; it also wakes at the holder's expiry, and a Release in the
-//     same process wakes it at once.
-//   - TryAcquire returns an error matching ErrNotAcquired (a *HeldError that
-//     names the holder) when the lease is held, including by the same Client:
-//     leases are not re-entrant. Neither Acquire nor TryAcquire returns a
-//     lease that is already lost.
+//   - Acquire blocks until the lease is held or ctx ends, and then returns a
+//     *WaitError wrapping ctx.Err() and what its last look at Spanner found:
+//     the holder (matching ErrNotAcquired), or the error that kept Spanner
+//     from answering, which does not match it: an outage is never reported
+//     as contention. While another process holds the lease it reads the
+//     lease row after 25ms, then at doubling intervals up to the poll
+//     interval (WithPollInterval, default 1s), where it stays, so a short
+//     hold hands off quickly and a long wait costs one read per interval; it
+//     also wakes at the holder's expiry, and a Release in the same process
+//     wakes it at once.
+//   - TryAcquire returns an error matching ErrNotAcquired when Spanner says
+//     the lease is held, including by the same Client (leases are not
+//     re-entrant); when another Client holds it, the error is a *HeldError
+//     that names the holder. Neither Acquire nor TryAcquire returns a lease
+//     that is already lost.
 //   - Holder returns an error matching ErrNoHolder when no one holds the lease.
 //     Holder.HolderID is exactly the WithHolderID value.
 //   - Guard reads the lease row inside the caller's transaction, and asks
@@ -134,6 +172,9 @@
 //     unreachable; it does not close the spanner.Client.
 //   - Campaign runs a leader election that rejoins after a loss and calls its
 //     callbacks only on transitions; Observe reports changes of holder.
+//   - ForceRelease (and ForceReleasePermit) end a stuck holder's lease for an
+//     operator: the token moves on, so its Guard-fenced writes fail at once
+//     and its Context ends at its next renewal.
 //
 // # Semaphores, run-once jobs and worker IDs
 //
@@ -149,13 +190,17 @@
 //   - RunOnce runs a job for one schedule slot on exactly one of the
 //     replicas that call it and records its success, so a late replica does
 //     not run it again; if the runner crashes, another takes over after its
-//     lease expires. The record is a row of the table: in a table with
-//     cleanup_after, it is deleted that long after the slot was last
-//     acquired, so do not call RunOnce for slots older than that.
+//     lease expires, and if the job panics, the slot is released at once.
+//     Every run counts in the slot's row; WithMaxFailures stops trying a
+//     slot that failed that often, and Jobs lists the slots. The record is a
+//     row of the table: in a table with cleanup_after, it is deleted that
+//     long after the slot was last acquired, so do not call RunOnce for
+//     slots older than that.
 //   - AcquireWorkerID leases a unique ID in [0, max) from a pool for
 //     Snowflake-style generators (package idgen adapts sony/sonyflake and
 //     bwmarrin/snowflake); a reacquired ID never goes back in time (see
-//     WorkerID for the clock assumption).
+//     WorkerID for the clock assumption): a holder that gives up while it
+//     waits past its predecessor's mark leaves that mark.
 //   - AcquirePermit and AcquireWorkerID return an error wrapping ctx.Err()
 //     when ctx ends, and Release of a permit or worker ID already lost returns
 //     an error matching ErrLeaseLost, as for locks.
@@ -173,11 +218,14 @@
 //   - spannerlock.lease.acquisitions (Counter, {acquisition}): acquisition
 //     calls by spannerlock.kind and spannerlock.result: acquired;
 //     not_acquired (held by another until TryAcquire refused or a blocking
-//     call's context ended); error. A blocking call counts once, when it
-//     ends; its polls do not count.
+//     call's context ended, or the context ended before Spanner answered);
+//     error (including a wait whose context ended while Spanner could not be
+//     reached). A blocking call counts once, when it ends; its polls do not
+//     count.
 //   - spannerlock.lease.losses (Counter, {loss}): held leases lost, by
 //     spannerlock.kind and spannerlock.reason: deadline (no renewal was
-//     confirmed before the local deadline), taken (a renewal, Guard or
+//     confirmed before the local deadline, or one committed too late to
+//     count), taken (a renewal, Guard or
 //     Release found the row released or with another token), session_gone
 //     (Spanner says the Client's session expired or was deleted).
 //   - spannerlock.renewal.duration (Histogram, s): each renewal transaction.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/spanner"
+
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -19,9 +21,13 @@ import (
 // operation it first runs it cleanly to learn the RPCs it makes, then, for
 // each of those RPCs, runs it again with each fault injected there, alone
 // and followed by each fault on the next RPC (the read that resolves an
-// unknown outcome, or the retry). After every case it checks what users
-// rely on:
+// unknown outcome, or the retry). The faults are a network's (not sent,
+// reply lost, delayed past the deadline) and a stalled transaction's (holds
+// its locks until its deadline). Every Client of a case shares one model of
+// Spanner's locks (lockmodel_test.go), which the emulator does not have.
+// After every case it checks what users rely on:
 //
+//   - no renewal waited for another transaction's lock;
 //   - every lease the Client holds has a local deadline;
 //   - every RPC had a bound;
 //   - a rival never holds a name (or slot) while an old holder's Context is
@@ -47,11 +53,15 @@ type harness struct {
 	db  string
 	f   *faults
 	c   *lease.Client
+	// model is the case's model of Spanner's locks, shared by every
+	// spanner Client of the case.
+	model *lockModel
 
 	mu sync.Mutex
 	// held are the leases the Client under test acquired, ended or not;
-	// old are leases of other Clients on the names under test.
-	held, old []*lease.Lease
+	// old are leases of other Clients on the names under test; kept are
+	// leases of other Clients that the case leaves alone.
+	held, old, kept []*lease.Lease
 	// locks and pool are the names the case acquires; pool is a semaphore
 	// of one permit, or a worker pool of one ID (workers).
 	locks   []string
@@ -87,10 +97,17 @@ func (h *harness) noted(format string, args ...any) {
 	h.note += fmt.Sprintf(format, args...) + "; "
 }
 
-// newRival returns a Client on another spanner.Client, polling fast.
+// newRival returns a Client on another spanner.Client, polling fast; its
+// transactions take part in the lock model.
 func (h *harness) newRival(id string) *lease.Client {
-	return newClientWith(h.t, emulator.Client(h.t, h.db), lease.WithTTL(enumTTL), lease.WithHolderID(id),
+	return newClientWith(h.t, h.modelled(), lease.WithTTL(enumTTL), lease.WithHolderID(id),
 		lease.WithPollInterval(50*time.Millisecond))
+}
+
+// modelled returns a spanner.Client of its own whose transactions take part
+// in the case's lock model, without faults.
+func (h *harness) modelled() *spanner.Client {
+	return spannerClient(h.t, h.db, (&faults{model: h.model}).options()...)
 }
 
 // scenario is one operation of the Client under test.
@@ -162,7 +179,7 @@ var scenarios = []scenario{
 	{name: "acquisition of an expired name", setup: func(h *harness) {
 		h.locks = []string{"x"}
 		anchored(h)
-		dead := &faults{}
+		dead := &faults{model: h.model}
 		d := newClientWith(h.t, spannerClient(h.t, h.db, dead.options()...), lease.WithTTL(enumTTL), lease.WithHolderID("dead"))
 		l, err := d.Acquire(h.ctx, "x")
 		fatalIf(h.t, err, "setup: the dead holder's Acquire")
@@ -173,6 +190,18 @@ var scenarios = []scenario{
 			return errors.Is(err, lease.ErrNoHolder)
 		})
 	}, op: acquireX},
+	{name: "TryAcquire of a name another Client holds", setup: func(h *harness) {
+		anchored(h)
+		holder := h.newRival("holder")
+		l, err := holder.Acquire(h.ctx, "x")
+		fatalIf(h.t, err, "setup: the holder's Acquire")
+		h.kept = append(h.kept, l)
+	}, op: func(h *harness) {
+		if l, err := h.c.TryAcquire(context.Background(), "x"); err == nil {
+			h.hold(l)
+			h.t.Errorf("TryAcquire of a name another Client holds succeeded with token %d", l.Token())
+		}
+	}},
 	{name: "renewal of 1 lease", renewal: true, setup: func(h *harness) { h.locks = []string{"x"}; mustHold(h, "x") },
 		op: waitRenewals},
 	{name: "renewal of many leases", renewal: true, setup: func(h *harness) {
@@ -287,7 +316,7 @@ var scenarios = []scenario{
 
 func declarePool(h *harness) {
 	h.pool = "sem"
-	admin := newClient(h.t, h.db)
+	admin := newClientWith(h.t, h.modelled())
 	fatalIf(h.t, admin.SetPermits(h.ctx, h.pool, 1), "setup: SetPermits")
 }
 
@@ -339,21 +368,43 @@ func enumerate(t *testing.T, cases *atomic.Int64) {
 				t.Fatal("the operation made no RPC")
 			}
 			t.Logf("clean run: %s", strings.Join(clean, " "))
-			for k := range clean {
-				for _, first := range allFaults {
-					specs := []caseSpec{{sc: sc, plan: map[int]fault{k: first}}}
-					for _, second := range allFaults {
-						specs = append(specs, caseSpec{sc: sc, plan: map[int]fault{k: first, k + 1: second}})
-					}
-					for _, spec := range specs {
+			// Each fault alone first; then each followed by each fault on
+			// the next RPC, where the case alone made one: where it made
+			// none, the double case is the single one again.
+			var mu sync.Mutex
+			next := map[string]bool{}
+			t.Run("single", func(t *testing.T) {
+				for k := range clean {
+					for _, first := range allFaults {
+						spec := caseSpec{sc: sc, plan: map[int]fault{k: first}}
 						cases.Add(1)
 						t.Run(spec.String(), func(t *testing.T) {
 							t.Parallel()
-							runCase(t, spec)
+							made := runCase(t, spec)
+							mu.Lock()
+							next[spec.String()] = len(made) > k+1
+							mu.Unlock()
 						})
 					}
 				}
-			}
+			})
+			t.Run("double", func(t *testing.T) {
+				for k := range clean {
+					for _, first := range allFaults {
+						if !next[caseSpec{plan: map[int]fault{k: first}}.String()] {
+							continue
+						}
+						for _, second := range allFaults {
+							spec := caseSpec{sc: sc, plan: map[int]fault{k: first, k + 1: second}}
+							cases.Add(1)
+							t.Run(spec.String(), func(t *testing.T) {
+								t.Parallel()
+								runCase(t, spec)
+							})
+						}
+					}
+				}
+			})
 		})
 	}
 }
@@ -362,7 +413,8 @@ func enumerate(t *testing.T, cases *atomic.Int64) {
 // operation made.
 func runCase(t *testing.T, spec caseSpec) []string {
 	ctx := emulator.Context(t)
-	h := &harness{t: t, ctx: ctx, db: newDatabase(t), f: &faults{}}
+	model := newLockModel()
+	h := &harness{t: t, ctx: ctx, db: newDatabase(t), f: &faults{model: model}, model: model}
 	h.c = newClientWith(t, spannerClient(t, h.db, h.f.options()...), lease.WithTTL(enumTTL), lease.WithHolderID("under-test"))
 	spec.sc.setup(h)
 
@@ -389,7 +441,19 @@ func runCase(t *testing.T, spec caseSpec) []string {
 	checkDeadlines(h)
 	checkLetGo(h, opEnd)
 	checkRivals(h)
+	checkRenewalsNeverWaited(h)
 	return trace
+}
+
+// checkRenewalsNeverWaited: no renewal, of any Client of the case, waited
+// for a lock that another transaction held, whatever the faults did to that
+// transaction. On Spanner such a wait can last until the other
+// transaction's deadline, longer than the renewal's, and lose every lease
+// of the Client with Spanner reachable throughout.
+func checkRenewalsNeverWaited(h *harness) {
+	for _, w := range h.model.waitsBy("spannerlock-renew") {
+		h.t.Errorf("a renewal waited for a lock: %s", w)
+	}
 }
 
 // checkUsable: whatever the faults did, the Client can acquire a new name
@@ -435,7 +499,7 @@ func checkDeadlines(h *harness) {
 // machine only polls slower.
 func checkLetGo(h *harness, opEnd time.Time) {
 	const slack = 100 * time.Millisecond
-	observer := newClient(h.t, h.db)
+	observer := newClientWith(h.t, h.modelled())
 	for {
 		holders, err := observer.Holders(h.ctx)
 		fatalIf(h.t, err, "Holders")

@@ -7,8 +7,10 @@ import (
 )
 
 var (
-	// ErrNotAcquired means a live holder has the lease. Errors matching it are
-	// *HeldError values that say who holds it.
+	// ErrNotAcquired means a live holder has the lease, as Spanner answered:
+	// another Client (the error is then a *HeldError that says who), this
+	// Client itself (leases are not re-entrant), or, for a semaphore, as
+	// many holders as it has permits. An outage never matches it.
 	ErrNotAcquired = errors.New("lease: not acquired")
 	// ErrNoHolder means no one holds the lease: it was never acquired, was
 	// released, or expired.
@@ -22,6 +24,12 @@ var (
 	// ErrClosed is returned by a Client after Close, and is the cause of the
 	// Context of every lease the Client held when it closed.
 	ErrClosed = errors.New("lease: client closed")
+	// ErrWrongKind means a name is used as a kind of lease it is not: a
+	// semaphore's or worker pool's name as a lock, a lock's as a semaphore.
+	ErrWrongKind = errors.New("lease: wrong kind of lease")
+	// ErrTooManyFailures means RunOnce refused to run a slot whose runs
+	// failed (or crashed) as many times as WithMaxFailures allows.
+	ErrTooManyFailures = errors.New("lease: too many failed runs")
 )
 
 // HeldError reports the live holder that kept a lease from being acquired.

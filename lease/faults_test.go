@@ -13,6 +13,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -32,13 +33,19 @@ const (
 	// delayed holds the RPC until its deadline and fails it unsent, as a
 	// blackholed connection does.
 	delayed
+	// holdsLocks cuts the RPC's transaction off from Spanner as it is
+	// sent: a statement still runs and takes its locks, a Commit or
+	// Rollback never arrives, and the caller waits until its deadline. Its
+	// later RPCs are not sent, and (in the lock model) its locks last until
+	// its deadline: a client paused or partitioned mid-transaction.
+	holdsLocks
 )
 
 func (f fault) String() string {
-	return [...]string{"pass", "not sent", "reply lost", "delayed past the deadline"}[f]
+	return [...]string{"pass", "not sent", "reply lost", "delayed past the deadline", "holds its locks until its deadline"}[f]
 }
 
-var allFaults = []fault{notSent, replyLost, delayed}
+var allFaults = []fault{notSent, replyLost, delayed, holdsLocks}
 
 // rpc is one data-plane call: its method and its transaction tag, if any.
 type rpc struct{ method, tag string }
@@ -91,6 +98,9 @@ type faults struct {
 	// reply, when set, is called for every unary data-plane RPC after
 	// Spanner answered it and before the caller sees the answer.
 	reply func(rpc)
+	// model, when set, models Spanner's locks across the spanner Clients
+	// that share it (lockmodel_test.go).
+	model *lockModel
 }
 
 func (f *faults) options() []option.ClientOption {
@@ -146,10 +156,11 @@ func (f *faults) unboundedRPCs() []string {
 	return f.unbounded
 }
 
-// dataPlane reports whether a method reads or writes data; the session
-// pool's own RPCs and rollbacks are not part of any operation's sequence.
+// dataPlane reports whether a method reads or writes data, or begins or
+// ends a transaction; the session pool's own RPCs are not part of any
+// operation's sequence.
 func dataPlane(method string) bool {
-	for _, m := range []string{"/ExecuteSql", "/ExecuteStreamingSql", "/ExecuteBatchDml", "/Read", "/StreamingRead", "/Commit", "/BeginTransaction"} {
+	for _, m := range []string{"/ExecuteSql", "/ExecuteStreamingSql", "/ExecuteBatchDml", "/Read", "/StreamingRead", "/Commit", "/BeginTransaction", "/Rollback"} {
 		if strings.HasSuffix(method, m) {
 			return true
 		}
@@ -157,11 +168,16 @@ func dataPlane(method string) bool {
 	return false
 }
 
-func tagOf(req any) string {
+// tagOf is a request's transaction tag. Rollback and BeginTransaction
+// requests carry none; the lock model knows the transaction they belong to.
+func (f *faults) tagOf(req any) string {
 	if r, ok := req.(interface {
 		GetRequestOptions() *spannerpb.RequestOptions
-	}); ok {
+	}); ok && r.GetRequestOptions().GetTransactionTag() != "" {
 		return r.GetRequestOptions().GetTransactionTag()
+	}
+	if f.model != nil {
+		return f.model.tagOf(req)
 	}
 	return ""
 }
@@ -231,20 +247,37 @@ func waitDeadline(ctx context.Context) {
 }
 
 func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if !dataPlane(method) {
+	if !dataPlane(method) || ctx.Value(unfaulted{}) != nil {
 		return invoke(ctx, method, req, reply, cc, opts...)
 	}
-	r := rpc{method: method, tag: tagOf(req)}
+	r := rpc{method: method, tag: f.tagOf(req)}
 	k := f.decide(ctx, r)
+	p := f.model.before(ctx, req, r.tag)
+	if p.refuse != nil {
+		return p.refuse
+	}
 	f.holdFor(r, req)
-	switch k {
-	case notSent:
+	isEnd := strings.HasSuffix(method, "/Commit") || strings.HasSuffix(method, "/Rollback")
+	switch {
+	case k == notSent:
+		f.model.after(p, method, false, nil)
 		return errNotSent
-	case delayed:
+	case k == delayed:
+		waitDeadline(ctx)
+		f.model.after(p, method, false, nil)
+		return errDelayed
+	case k == holdsLocks && isEnd:
+		f.model.stick(p, cc)
 		waitDeadline(ctx)
 		return errDelayed
 	}
 	err := invoke(ctx, method, req, reply, cc, opts...)
+	f.model.answered(p, method, err, transactionID(reply))
+	if k == holdsLocks {
+		f.model.stick(p, cc)
+		waitDeadline(ctx)
+		return errDelayed
+	}
 	f.mu.Lock()
 	onReply := f.reply
 	f.mu.Unlock()
@@ -257,60 +290,122 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 	return err
 }
 
+// transactionID is the ID of the transaction a response begins, if any.
+func transactionID(reply any) []byte {
+	switch r := reply.(type) {
+	case *spannerpb.ResultSet:
+		return r.GetMetadata().GetTransaction().GetId()
+	case *spannerpb.PartialResultSet:
+		return r.GetMetadata().GetTransaction().GetId()
+	case *spannerpb.Transaction:
+		return r.GetId()
+	case *spannerpb.ExecuteBatchDmlResponse:
+		if rs := r.GetResultSets(); len(rs) > 0 {
+			return rs[0].GetMetadata().GetTransaction().GetId()
+		}
+	}
+	return nil
+}
+
 func (f *faults) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	if !dataPlane(method) {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	cs, err := streamer(sctx, desc, cc, method, opts...)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	return &faultyStream{ClientStream: cs, f: f, ctx: ctx, cancel: cancel, method: method}, nil
+	// The real stream is opened when the request is sent, once its fault is
+	// known: a request that is not sent never opens one.
+	return &faultyStream{f: f, ctx: ctx, open: func(ctx context.Context) (grpc.ClientStream, error) {
+		return streamer(ctx, desc, cc, method, opts...)
+	}, method: method, cc: cc}, nil
 }
 
 // faultyStream decides its fault when the request is sent, since the
 // request carries the tag.
 type faultyStream struct {
-	grpc.ClientStream
 	f      *faults
 	ctx    context.Context
+	open   func(context.Context) (grpc.ClientStream, error)
+	cs     grpc.ClientStream // nil until the request is sent
 	cancel context.CancelFunc
 	method string
+	cc     *grpc.ClientConn
 	fault  fault
+	p      pending
+	// failed is the error every call returns when the request was not sent.
+	failed error
+	// first is set once the first response (which names a transaction
+	// begun inline) has been seen.
+	first bool
 }
 
 func (s *faultyStream) SendMsg(m any) error {
-	r := rpc{method: s.method, tag: tagOf(m)}
+	r := rpc{method: s.method, tag: s.f.tagOf(m)}
 	s.fault = s.f.decide(s.ctx, r)
-	s.f.holdFor(r, m)
-	if s.fault == notSent || s.fault == delayed {
-		s.cancel()
-		return nil // the error surfaces in RecvMsg, as gRPC's does
+	s.p = s.f.model.before(s.ctx, m, r.tag)
+	if s.p.refuse != nil {
+		s.failed = s.p.refuse
+		return nil //nolint:nilerr // as in gRPC, a stream's error surfaces when the caller reads
 	}
-	return s.ClientStream.SendMsg(m)
+	s.f.holdFor(r, m)
+	switch s.fault {
+	case notSent:
+		s.f.model.after(s.p, s.method, false, nil)
+		s.failed = errNotSent
+		return nil
+	case delayed:
+		s.f.model.after(s.p, s.method, false, nil)
+		waitDeadline(s.ctx)
+		s.failed = errDelayed
+		return nil
+	}
+	sctx, cancel := context.WithCancel(s.ctx)
+	cs, err := s.open(sctx)
+	if err != nil {
+		cancel()
+		s.failed = err
+		return nil //nolint:nilerr // as in gRPC, a stream's error surfaces when the caller reads
+	}
+	s.cs, s.cancel = cs, cancel
+	return cs.SendMsg(m)
+}
+
+func (s *faultyStream) Context() context.Context { return s.ctx }
+
+func (s *faultyStream) Trailer() metadata.MD {
+	if s.cs == nil {
+		return nil
+	}
+	return s.cs.Trailer()
+}
+
+func (s *faultyStream) Header() (metadata.MD, error) {
+	if s.cs == nil {
+		return nil, s.failed
+	}
+	return s.cs.Header()
 }
 
 func (s *faultyStream) CloseSend() error {
-	if s.fault == notSent || s.fault == delayed {
+	if s.cs == nil {
 		return nil
 	}
-	return s.ClientStream.CloseSend()
+	return s.cs.CloseSend()
 }
 
 func (s *faultyStream) RecvMsg(m any) error {
-	switch s.fault {
-	case notSent:
-		return errNotSent
-	case delayed:
-		waitDeadline(s.ctx)
-		return errDelayed
-	case replyLost:
+	if s.cs == nil {
+		return s.failed
+	}
+	if s.fault == replyLost || s.fault == holdsLocks {
 		// Let Spanner run it to the end, then lose every reply.
 		for {
-			if err := s.ClientStream.RecvMsg(m); err != nil {
+			err := s.recv(m)
+			if err != nil {
 				s.cancel()
+				if s.fault == holdsLocks {
+					s.f.model.stick(s.p, s.cc)
+					waitDeadline(s.ctx)
+					return errDelayed
+				}
 				if err == io.EOF {
 					return errReplyLost
 				}
@@ -318,9 +413,23 @@ func (s *faultyStream) RecvMsg(m any) error {
 			}
 		}
 	}
-	err := s.ClientStream.RecvMsg(m)
+	err := s.recv(m)
 	if err != nil {
 		s.cancel()
+	}
+	return err
+}
+
+// recv receives one response, telling the lock model what the first says.
+func (s *faultyStream) recv(m any) error {
+	err := s.cs.RecvMsg(m)
+	if !s.first {
+		s.first = true
+		answer := err
+		if answer == io.EOF {
+			answer = nil
+		}
+		s.f.model.answered(s.p, s.method, answer, transactionID(m))
 	}
 	return err
 }

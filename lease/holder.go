@@ -30,20 +30,24 @@ type Holder struct {
 }
 
 // Holder returns the live holder of the named lease, or an error matching
-// ErrNoHolder when it is free. The Terraform data source reads the same row
-// the same way, so the two never disagree.
+// ErrNoHolder when it is free, or ErrWrongKind when the name is a
+// semaphore's or worker pool's (read those with Semaphore or Holders). The
+// Terraform data source reads the same row the same way, so the two never
+// disagree.
 func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
 	if err := validateName("lease name", name); err != nil {
 		return Holder{}, err
 	}
-	if err := c.prepare(ctx); err != nil {
+	if err := c.st.prepare(ctx); err != nil {
 		return Holder{}, err
 	}
-	r, err := readRow(ctx, c.db.Single(), c.sql, name, "")
-	if err != nil {
-		return Holder{}, c.explain(err)
-	}
-	if !r.live {
+	r, err := readRow(ctx, c.st.db.Single(), c.st.sql, name)
+	switch {
+	case err != nil:
+		return Holder{}, c.st.explain(err)
+	case r.kind.Valid:
+		return Holder{}, fmt.Errorf("%w: %q is %s, not a lock: read its permits with Semaphore or Holders", ErrWrongKind, name, describeKind(r.kind))
+	case !r.live:
 		return Holder{}, fmt.Errorf("%w: %q", ErrNoHolder, name)
 	}
 	return r.holder(), nil
@@ -54,13 +58,13 @@ func (c *Client) Holder(ctx context.Context, name string) (Holder, error) {
 // one read-only transaction. It reads the whole table: it is for people and
 // tools (spannerlock status), not for a hot path.
 func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
-	if err := c.prepare(ctx); err != nil {
+	if err := c.st.prepare(ctx); err != nil {
 		return nil, err
 	}
 	var holders []Holder
-	txn := c.db.ReadOnlyTransaction()
+	txn := c.st.db.ReadOnlyTransaction()
 	defer txn.Close()
-	err := txn.Query(ctx, c.sql.selectLive.bind(nil)).Do(func(sr *spanner.Row) error {
+	err := txn.Query(ctx, c.st.sql.selectLive.bind(nil)).Do(func(sr *spanner.Row) error {
 		var r row
 		if err := r.scan(sr, r.lockFields()...); err != nil {
 			return err
@@ -69,7 +73,7 @@ func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 		return nil
 	})
 	if err == nil {
-		err = txn.Query(ctx, c.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
+		err = txn.Query(ctx, c.st.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
 			var r row
 			if err := r.scan(sr, r.permitFields()...); err != nil {
 				return err
@@ -79,7 +83,7 @@ func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 		})
 	}
 	if err != nil {
-		return nil, c.explain(err)
+		return nil, c.st.explain(err)
 	}
 	return holders, nil
 }

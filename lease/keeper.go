@@ -4,83 +4,245 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
-
-	"cloud.google.com/go/spanner"
 )
 
-// maxSyncBatch bounds the leases one sync transaction checks, and
-// maxRestamps the lock rows it stamps, so that a renewal's parameters and
-// its commit (at most 3 + 2×maxRestamps + 4×maxSyncBatch mutations) stay far
-// below Spanner's limits however many leases a Client holds. A session
-// renewal extends every lease of the session whether or not it checked it;
-// the checks rotate, so each lease is checked every few renewals.
+// maxSyncBatch bounds the leases one renewal checks and the let-goes one
+// transaction clears, and maxRestamps the lock rows one restamp stamps, so
+// that their parameters and commits stay far below Spanner's limits however
+// many leases a Client holds. A renewal extends every lease of the session
+// whether or not it checked it; the checks rotate, so each lease is checked
+// every few renewals.
 var (
 	maxSyncBatch = 1000
 	maxRestamps  = 1000
 )
 
-// startKeeper starts the renewal loop once; c.mu is held.
-func (c *Client) startKeeper() {
-	if c.keeping || c.closed {
-		return
-	}
-	c.keeping = true
-	c.keeper.Add(1)
-	go c.keep()
+// keeper keeps a Client's leases alive: it owns the Client's current
+// session, the leases that name it, and the loop that renews it once per
+// interval. Acquisitions join its session and register what they acquire;
+// the keeper never calls back into acquisition.
+type keeper struct {
+	st  *store
+	cfg config
+	log *slog.Logger
+	tel telemetry
+
+	// background is cancelled by close; the keeper's transactions run
+	// under it.
+	background context.Context
+	stop       context.CancelFunc
+	// kick wakes the loop when a let-go is waiting or a lease is short of
+	// time.
+	kick chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	sess    *session
+	leases  map[*Lease]struct{}
+	running bool
+	loop    sync.WaitGroup
+	// expiring are ended sessions whose rows are being written as expired
+	// in the background; Close writes the ones still pending itself.
+	expiring   map[*session]struct{}
+	expiringWG sync.WaitGroup
+	// ended are this Client's recent sessions that ended: a live row that
+	// names one is an orphan nothing uses. dead are other sessions that
+	// Spanner was seen to have expired: a lease that names one is free
+	// (see session.confirm for why that holds even if a late renewal
+	// lands).
+	ended, dead *recentIDs
 }
 
-// keep renews the Client's session, and so all its leases, once per
-// interval, and at once when a let-go is waiting. A failed renewal is
-// retried with backoff; if the local deadline passes meanwhile the session's
-// timer loses its leases, so a transient error never ends a lease early. An
-// idle session is left to expire: the next acquisition renews it, or starts
-// a new one.
-func (c *Client) keep() {
-	defer c.keeper.Done()
-	t := time.NewTimer(c.cfg.renewInterval)
+func newKeeper(st *store, cfg config, log *slog.Logger, tel telemetry) *keeper {
+	background, stop := context.WithCancel(context.Background())
+	k := &keeper{st: st, cfg: cfg, log: log, tel: tel, background: background, stop: stop,
+		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{},
+		ended: newRecentIDs(1000), dead: newRecentIDs(10000)}
+	k.sess = newSession(cfg, k.deadlinePassed)
+	return k
+}
+
+// join returns the session an acquisition should use and its role in it,
+// waiting while another acquisition of this Client creates the session.
+func (k *keeper) join(ctx context.Context) (*session, role, error) {
+	for {
+		s, err := k.current()
+		if err != nil {
+			return nil, 0, err
+		}
+		r, left, wait, ended := s.begin()
+		switch {
+		case ended:
+			continue // current starts another
+		case r == joinRefresh && left < k.cfg.ttl/4 && !k.holdsOn(s):
+			// So close to its deadline that the renewal could commit after
+			// it (the session would then end, and the lease be born lost):
+			// an idle session is left to expire, and a new one starts.
+			k.endSession(s, lossDeadline, "it idled to within a quarter TTL of its deadline")
+			continue
+		case wait != nil:
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			case <-k.background.Done():
+				return nil, 0, ErrClosed
+			}
+		default:
+			return s, r, nil
+		}
+	}
+}
+
+// current returns the session new acquisitions use, starting a new one if
+// the last ended.
+func (k *keeper) current() (*session, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, ErrClosed
+	}
+	if k.sess.isEnded() {
+		k.sess = newSession(k.cfg, k.deadlinePassed)
+	}
+	return k.sess, nil
+}
+
+// holdsOn reports whether any lease or let-go still names s.
+func (k *keeper) holdsOn(s *session) bool {
+	if len(s.pendingLetGos(1)) > 0 {
+		return true
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for l := range k.leases {
+		if l.sess == s {
+			return true
+		}
+	}
+	return false
+}
+
+// owns reports whether a session ID is one of this Client's, live or ended.
+func (k *keeper) owns(id string) bool {
+	k.mu.Lock()
+	cur := k.sess.id
+	k.mu.Unlock()
+	return id == cur || k.ended.has(id)
+}
+
+// register records a newly held lease so that it is renewed; it reports
+// false if the keeper closed meanwhile. A lease whose session has less than
+// half a TTL left (its acquisition was slow) gets a renewal at once.
+func (k *keeper) register(l *Lease) bool {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return false
+	}
+	k.leases[l] = struct{}{}
+	k.startLocked()
+	k.mu.Unlock()
+	if l.sess.remaining() < k.cfg.ttl/2 {
+		k.wake()
+	}
+	return true
+}
+
+// forget drops an ended lease.
+func (k *keeper) forget(l *Lease) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.leases, l)
+}
+
+// held returns the leases the keeper renews.
+func (k *keeper) held() []*Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	leases := make([]*Lease, 0, len(k.leases))
+	for l := range k.leases {
+		leases = append(leases, l)
+	}
+	return leases
+}
+
+func (k *keeper) startLocked() {
+	if k.running || k.closed {
+		return
+	}
+	k.running = true
+	k.loop.Add(1)
+	go k.run()
+}
+
+func (k *keeper) wake() {
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run renews the current session, and so all its leases, once per interval,
+// and clears let-goes at once. A failed renewal is retried with backoff; if
+// the local deadline passes meanwhile the session's timer loses its leases,
+// so a transient error never ends a lease early. An idle session is left to
+// expire: the next acquisition renews it, or starts a new one.
+func (k *keeper) run() {
+	defer k.loop.Done()
+	t := time.NewTimer(k.cfg.renewInterval)
 	defer t.Stop()
 	failures := 0
 	for {
 		select {
-		case <-c.background.Done():
+		case <-k.background.Done():
 			return
 		case <-t.C:
-		case <-c.kick:
+		case <-k.kick:
 		}
-		s, leases, gos := c.syncWork()
-		if len(leases) == 0 && len(gos) == 0 {
-			t.Reset(c.cfg.renewInterval)
-			continue
-		}
-		if err := c.renew(s, leases, gos); err != nil {
-			failures++
-			if c.background.Err() == nil {
-				c.log.Warn("renewal failed; retrying", "leases", len(leases), "failures", failures, "err", err)
+		s, leases := k.work()
+		failed := false
+		if err := k.clearLetGos(s); err != nil {
+			failed = true
+			if k.background.Err() == nil {
+				k.log.Warn("clearing leases let go failed; retrying", "err", err)
 			}
-			t.Reset(backoff(failures, c.cfg.renewInterval/2))
+		}
+		if len(leases) > 0 {
+			if err := k.renew(s, leases); err != nil {
+				failed = true
+				if k.background.Err() == nil {
+					k.log.Warn("renewal failed; retrying", "leases", len(leases), "failures", failures+1, "err", err)
+				}
+			}
+		}
+		if failed {
+			failures++
+			t.Reset(backoff(failures, k.cfg.renewInterval/2))
 			continue
 		}
 		failures = 0
-		t.Reset(c.cfg.renewInterval)
+		t.Reset(k.cfg.renewInterval)
 	}
 }
 
-// syncWork returns the current session, the leases its next renewal
-// checks, and the let-goes it clears, at most maxSyncBatch in all.
-func (c *Client) syncWork() (*session, []*Lease, []letGo) {
-	c.mu.Lock()
-	s := c.sess
+// work returns the current session and the leases its next renewal checks,
+// at most maxSyncBatch.
+func (k *keeper) work() (*session, []*Lease) {
+	k.mu.Lock()
+	s := k.sess
 	var leases []*Lease
-	for _, l := range c.leasesLocked() {
+	for l := range k.leases {
 		if l.sess == s && !l.isEnded() {
 			leases = append(leases, l)
 		}
 	}
-	c.mu.Unlock()
-	gos := s.pendingLetGos(maxSyncBatch)
-	return s, s.rotate(leases, maxSyncBatch-len(gos)), gos
+	k.mu.Unlock()
+	return s, s.rotate(leases, maxSyncBatch)
 }
 
 // rotate returns n of leases, the next n after the previous call's.
@@ -98,26 +260,30 @@ func (s *session) rotate(leases []*Lease, n int) []*Lease {
 	return append(leases[from:min(from+n, len(leases))], leases[:max(0, from+n-len(leases))]...)
 }
 
-// renew extends s in one transaction, losing the leases it finds gone and
-// clearing the let-goes it finds still held. If the session expired in
-// Spanner, every lease is lost; if the transaction fails, nothing is
-// concluded and nothing extended.
-func (c *Client) renew(s *session, leases []*Lease, gos []letGo) error {
-	ctx, cancel := context.WithTimeout(c.background, c.cfg.renewTimeout())
+// renew extends s in one transaction, losing the leases it finds gone. If
+// the session's row is gone from Spanner, or the renewal committed too late
+// to count (session.confirm), every lease of the session is lost; if the
+// transaction fails, nothing is concluded and nothing extended.
+func (k *keeper) renew(s *session, leases []*Lease) error {
+	ctx, cancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
 	defer cancel()
-	ctx, span := c.tel.start(ctx, "Renew", attrLeases.Int(len(leases)))
+	ctx, span := k.tel.start(ctx, "Renew", attrLeases.Int(len(leases)))
 	began := time.Now()
-	out, err := c.sync(ctx, s, leases, gos, renewSession, "spannerlock-renew")
+	keys := make([]leaseKey, len(leases))
+	for i, l := range leases {
+		keys[i] = l.key()
+	}
+	out, err := k.st.renew(ctx, s, keys)
 	var gone errSessionGone
 	sessionGone := errors.As(err, &gone)
 	if sessionGone {
 		err = nil // a finding, not a failure: its leases are lost below
 	} else if err != nil {
-		err = c.explain(err)
+		err = k.st.explain(err)
 	}
 	// The renewal is recorded before any lease it finds lost ends, so
 	// whoever watches a lease's Context finds the renewal recorded too.
-	c.tel.renewed(ctx, time.Since(began))
+	k.tel.renewed(ctx, time.Since(began))
 	outcome := "renewed"
 	if err != nil {
 		outcome = resultError
@@ -125,137 +291,217 @@ func (c *Client) renew(s *session, leases []*Lease, gos []letGo) error {
 	end(span, outcome, err)
 	switch {
 	case sessionGone:
-		c.endSession(s, lossSessionGone, "a renewal found its session expired in Spanner")
+		k.endSession(s, lossSessionGone, "a renewal found its session gone from Spanner")
 		return nil
 	case err != nil:
 		return err
 	}
-	s.extend(out.sent)
+	// Leases found taken end before the deadline moves, so nothing uses
+	// them on the strength of this renewal.
+	var stale []leaseKey
 	for _, l := range leases {
-		if !out.held[l.key()] {
+		o, ok := out.owned[l.key()]
+		if !ok {
 			l.lose(lossTaken, "a renewal found it released, expired or held by another")
+			continue
+		}
+		if o.stale && len(stale) < maxRestamps {
+			stale = append(stale, l.key())
 		}
 	}
-	for _, g := range gos {
-		s.dropLetGo(g)
-		if out.held[g.leaseKey] {
-			c.log.Debug("released in the background", "name", g.name, "slot", g.slot, "token", g.token)
-			announceRelease(c.signalPrefix + g.name)
+	if !s.renewed(out.sent, out.commitTs) {
+		k.endSession(s, lossDeadline, "a renewal committed after the session could have expired in Spanner")
+		return nil
+	}
+	if len(stale) > 0 {
+		rctx, rcancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
+		defer rcancel()
+		if err := k.st.restamp(rctx, s, stale); err != nil && k.background.Err() == nil {
+			// Cleanup deletes rows days old; the next renewal tries again.
+			k.log.Warn("restamping held lock rows failed; retrying at the next renewal", "rows", len(stale), "err", k.st.explain(err))
 		}
 	}
 	return nil
 }
 
-// sessionWrite is what a sync transaction writes to its session's row.
-type sessionWrite int
-
-const (
-	keepSession sessionWrite = iota
-	renewSession
-	expireSession
-)
-
-// syncOutcome is what a sync transaction found.
-type syncOutcome struct {
-	// sent is when the transaction began.
-	sent time.Time
-	// live is whether Spanner had the session live.
-	live bool
-	// held are the leases and let-goes whose rows still named the session
-	// with their token; the let-goes among them were cleared.
-	held map[leaseKey]bool
+// clearLetGos clears, in transactions of their own, the rows of leases let
+// go whose release did not reach Spanner. A let-go is dropped once a clear
+// committed after the moment no earlier transaction can still land
+// (until): by then its row is cleared, or never named the lease.
+func (k *keeper) clearLetGos(s *session) error {
+	for {
+		gos := s.pendingLetGos(maxSyncBatch)
+		if len(gos) == 0 {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
+		began := time.Now()
+		owned, err := k.st.letGo(ctx, keeperLane, "spannerlock-release", s, k.cfg.holderID, gos, nil)
+		cancel()
+		if err != nil {
+			return k.st.explain(err)
+		}
+		waiting := false
+		for _, g := range gos {
+			if _, ok := owned[g.leaseKey]; ok {
+				k.log.Debug("released in the background", "name", g.name, "slot", g.slot, "token", g.token)
+				announceRelease(k.st.signalKey(g.name))
+			}
+			if began.After(g.until) {
+				s.dropLetGo(g)
+			} else {
+				waiting = true
+			}
+		}
+		if waiting {
+			// Some may still land: look again after the next interval.
+			return nil
+		}
+	}
 }
 
-// sync is the one transaction that compares and sets the rows of a
-// session, for a renewal, a release, a RunOnce completion and Close. It
-// reads whether s is live and which of leases and gos still name it with
-// their tokens; then it clears the gos that do, stamps held lock rows due
-// for it (row deletion policies must never see a held lock as old), and
-// writes the session row as w says. A renewal of a session that is not live
-// fails with errSessionGone, since leases naming it may have been taken.
-func (c *Client) sync(ctx context.Context, s *session, leases []*Lease, gos []letGo, w sessionWrite, tag string) (syncOutcome, error) {
-	// The query returns every row naming the session among these names;
-	// the tokens are compared here, against the keys asked about.
-	asked := map[leaseKey]bool{}
-	var locks, pools []string
-	seenPool := map[string]bool{}
-	add := func(k leaseKey) {
-		asked[k] = true
-		switch {
-		case k.slot == lockSlot:
-			locks = append(locks, k.name)
-		case !seenPool[k.name]:
-			seenPool[k.name] = true
-			pools = append(pools, k.name)
+// letGoLater leaves g to the keeper, waking it.
+func (k *keeper) letGoLater(s *session, g letGo) {
+	if !s.addLetGo(g) {
+		return // the session ended: its rows expire with it
+	}
+	k.mu.Lock()
+	k.startLocked()
+	k.mu.Unlock()
+	k.wake()
+}
+
+// deadlinePassed ends a session whose local deadline passed.
+func (k *keeper) deadlinePassed(s *session) {
+	k.endSession(s, lossDeadline, "no renewal was confirmed before the local deadline")
+}
+
+// endSession ends s and loses every lease that names it. Unless Spanner
+// said the row is gone, the row is written as expired in the background, so
+// that the leases it still makes live in Spanner (a renewal whose reply was
+// lost may have extended it) are free for others at once rather than
+// within a TTL.
+func (k *keeper) endSession(s *session, reason lossReason, why string) {
+	ended, mayBeLive := s.end(reason)
+	if !ended {
+		return
+	}
+	k.ended.add(s.id)
+	if mayBeLive && reason != lossSessionGone {
+		k.expireInBackground(s)
+	}
+	for _, l := range k.held() {
+		if l.sess == s {
+			l.lose(reason, why)
 		}
 	}
-	for _, l := range leases {
-		add(l.key())
-	}
-	for _, g := range gos {
-		add(g.leaseKey)
-	}
-	var out syncOutcome
-	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		out = syncOutcome{sent: time.Now(), held: map[leaseKey]bool{}}
-		stale := map[leaseKey]bool{}
-		err := tx.Query(ctx, c.sql.sync.bind(map[string]any{
-			"session": s.id, "locks": append([]string{}, locks...), "pools": append([]string{}, pools...),
-		})).Do(func(r *spanner.Row) error {
-			var (
-				part  string
-				name  spanner.NullString
-				slot  spanner.NullInt64
-				token spanner.NullInt64
-				flag  spanner.NullBool
-			)
-			if err := r.Columns(&part, &name, &slot, &token, &flag); err != nil {
-				return err
+}
+
+// abandon gives up on a session whose row's fate is unknown: a creating
+// commit whose outcome could not be confirmed. Guessing either way is
+// unsafe (a lease without a deadline, or a second insert of the row), so
+// the session ends, its row is written as expired, and the Client starts
+// another.
+func (k *keeper) abandon(s *session, why string) {
+	if ended, _ := s.end(lossSessionGone); ended {
+		k.ended.add(s.id)
+		k.expireInBackground(s)
+		for _, l := range k.held() {
+			if l.sess == s {
+				l.lose(lossSessionGone, why)
 			}
-			k := leaseKey{name: name.StringVal, slot: lockSlot, token: token.Int64}
-			switch part {
-			case "session":
-				out.live = flag.Bool
-			case "lock":
-				stale[k] = flag.Bool
-			case "permit":
-				k.slot = slot.Int64
-			}
-			if part != "session" && asked[k] {
-				out.held[k] = true
-			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-		if !out.live && w == renewSession {
-			return errSessionGone{s}
-		}
-		var writes []*spanner.Mutation
-		if out.live {
-			for _, g := range gos {
-				if out.held[g.leaseKey] {
-					writes = append(writes, g.clear(c.sql))
+	}
+}
+
+// expireInBackground writes s as expired, retrying transient failures for a
+// TTL (by then it has expired on its own), or until Close, which writes it
+// itself.
+func (k *keeper) expireInBackground(s *session) {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return
+	}
+	k.expiring[s] = struct{}{}
+	k.expiringWG.Add(1)
+	k.mu.Unlock()
+	go func() {
+		defer k.expiringWG.Done()
+		ctx, cancel := context.WithTimeout(k.background, k.cfg.ttl)
+		defer cancel()
+		for attempt := 0; ; attempt++ {
+			tctx, tcancel := context.WithTimeout(ctx, k.cfg.callTimeout())
+			err := k.st.expireSession(tctx, s.id, k.cfg.holderID)
+			tcancel()
+			if err == nil || !transient(err) || ctx.Err() != nil {
+				if err != nil && k.background.Err() == nil {
+					k.log.Warn("expiring an ended session failed; it expires within the TTL", "err", k.st.explain(err))
 				}
-			}
-			restamps := 0
-			for _, l := range leases {
-				if k := l.key(); stale[k] && restamps < maxRestamps {
-					restamps++
-					writes = append(writes, spanner.Update(c.sql.table, []string{"name", "renewed_at"}, []any{k.name, spanner.CommitTimestamp}))
+				if err == nil || k.background.Err() == nil {
+					k.mu.Lock()
+					delete(k.expiring, s)
+					k.mu.Unlock()
 				}
+				return
 			}
-		} else {
-			clear(out.held) // rows of an expired session hold nothing
+			t := time.NewTimer(backoff(attempt, k.cfg.renewInterval))
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
 		}
-		switch w {
-		case renewSession:
-			writes = append(writes, c.renewal(s, out.sent))
-		case expireSession:
-			writes = append(writes, c.sql.sessionTombstone(s.id, c.cfg.holderID))
-		}
-		return tx.BufferWrite(writes)
-	}, spanner.TransactionOptions{TransactionTag: tag})
-	return out, err
+	}()
+}
+
+// close stops the loop and its background writes, and returns the session,
+// the leases it renewed, and the IDs of ended sessions not yet written as
+// expired, for Client.Close to release.
+func (k *keeper) close() (*session, []*Lease, []string) {
+	k.mu.Lock()
+	k.closed = true
+	s := k.sess
+	k.mu.Unlock()
+	k.stop()
+	k.loop.Wait()
+	k.expiringWG.Wait()
+	k.mu.Lock()
+	var pending []string
+	for e := range k.expiring {
+		pending = append(pending, e.id)
+	}
+	k.mu.Unlock()
+	return s, k.held(), pending
+}
+
+// recentIDs remembers up to n IDs, forgetting the oldest first.
+type recentIDs struct {
+	mu    sync.Mutex
+	n     int
+	set   map[string]struct{}
+	order []string
+}
+
+func newRecentIDs(n int) *recentIDs { return &recentIDs{n: n, set: map[string]struct{}{}} }
+
+func (r *recentIDs) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.set[id]; ok {
+		return
+	}
+	if len(r.order) == r.n {
+		delete(r.set, r.order[0])
+		r.order = r.order[1:]
+	}
+	r.set[id] = struct{}{}
+	r.order = append(r.order, id)
+}
+
+func (r *recentIDs) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.set[id]
+	return ok
 }

@@ -21,6 +21,7 @@ type Lease struct {
 	// pools, lockSlot for a lock.
 	slot       int64
 	token      int64
+	grant      string // the grant ID in its row
 	payload    []byte
 	acquiredAt time.Time
 	// notBefore is, for a worker ID, when its previous holder stopped using it.
@@ -45,9 +46,9 @@ type Lease struct {
 	lossReported bool
 }
 
-func newLease(s *session, t target, g grant, payload []byte) *Lease {
+func newLease(c *Client, s *session, t target, g grant, payload []byte) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{c: s.c, sess: s, name: t.name(), kind: t.kind(), slot: g.slot, token: g.token, payload: payload,
+	return &Lease{c: c, sess: s, name: t.name(), kind: t.kind(), slot: g.slot, token: g.token, grant: g.id, payload: payload,
 		acquiredAt: g.acquiredAt, notBefore: g.notBefore, ctx: ctx, cancel: cancel}
 }
 
@@ -76,7 +77,21 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Deadline returns when the lease will be presumed lost unless renewed.
 func (l *Lease) Deadline() time.Time { return l.sess.localDeadline() }
 
-func (l *Lease) key() leaseKey { return leaseKey{name: l.name, slot: l.slot, token: l.token} }
+// stoppedAt is the worker-ID mark of a lease that ended by now: when its
+// holder stopped using the ID, by this process's wall clock. A holder that
+// let go while still waiting past its predecessor's mark never used the ID,
+// and leaves that mark: a mark never moves back.
+func (l *Lease) stoppedAt(now time.Time) time.Time {
+	now = now.Round(0)
+	if l.notBefore.After(now) {
+		return l.notBefore
+	}
+	return now
+}
+
+func (l *Lease) key() leaseKey {
+	return leaseKey{name: l.name, slot: l.slot, token: l.token, grant: l.grant}
+}
 
 // registered makes the lease count as held, until it ends.
 func (l *Lease) registered() {
@@ -143,7 +158,8 @@ func (l *Lease) isEnded() bool {
 //
 // Guard does not read the session row in txn: renewals write that row, and
 // a long guarded transaction would delay them. It costs one more read,
-// made concurrently.
+// made concurrently, bounded like every call the Client makes on its own
+// even when ctx has no deadline.
 func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 	if err := context.Cause(l.ctx); err != nil {
 		return fmt.Errorf("lease: Guard: %w", err)
@@ -158,7 +174,11 @@ func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) er
 		defer wg.Done()
 		rctx, cancel := outsideTransaction(ctx)
 		defer cancel()
-		live, liveErr = l.c.sessionLive(rctx, l.sess.id)
+		rctx, cancelBound := context.WithTimeout(rctx, l.c.cfg.callTimeout())
+		defer cancelBound()
+		var states map[string]sessionView
+		states, liveErr = readSessions(rctx, l.c.st.db, l.c.st.sql, []string{l.sess.id})
+		live = states[l.sess.id].live
 	}()
 	named, err := l.named(ctx, txn)
 	wg.Wait()
@@ -167,13 +187,13 @@ func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) er
 	}
 	switch {
 	case err != nil:
-		return l.c.explain(err)
+		return l.c.st.explain(err)
 	case !named:
 		// Tokens only grow, so a row that no longer names this lease never
 		// will again.
 		l.lose(lossTaken, "Guard found it released or held by another")
 	case !live:
-		l.c.endSession(l.sess, lossSessionGone, "Guard found its session expired in Spanner")
+		l.c.keeper.endSession(l.sess, lossSessionGone, "Guard found its session expired in Spanner")
 	default:
 		return nil
 	}
@@ -183,9 +203,9 @@ func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) er
 // named reads, in txn, whether the lease's row still names its session and
 // token.
 func (l *Lease) named(ctx context.Context, txn *spanner.ReadWriteTransaction) (bool, error) {
-	table, key := l.c.sql.table, spanner.Key{l.name}
+	table, key := l.c.st.sql.table, spanner.Key{l.name}
 	if l.slot != lockSlot {
-		table, key = l.c.sql.permits, spanner.Key{l.name, l.slot}
+		table, key = l.c.st.sql.permits, spanner.Key{l.name, l.slot}
 	}
 	r, err := txn.ReadRow(ctx, table, key, []string{"token", "session_id"})
 	if spanner.ErrCode(err) == codes.NotFound {
@@ -200,15 +220,6 @@ func (l *Lease) named(ctx context.Context, txn *spanner.ReadWriteTransaction) (b
 		return false, err
 	}
 	return token == l.token && sessionID.StringVal == l.sess.id, nil
-}
-
-// sessionLive reads whether Spanner has the session live now.
-func (c *Client) sessionLive(ctx context.Context, id string) (bool, error) {
-	live := false
-	err := c.db.Single().Query(ctx, c.sql.sessionLive.bind(map[string]any{"session": id})).Do(func(r *spanner.Row) error {
-		return r.Column(0, &live)
-	})
-	return live, err
 }
 
 // outsideTransaction returns a context with ctx's deadline and cancellation

@@ -25,15 +25,20 @@ func TestMain(m *testing.M) {
 		return
 	}
 	// The fault enumeration's cases spend their time waiting on Spanner and
-	// on expiries, each on its own database: run more than GOMAXPROCS.
+	// on expiries, each on its own database: they run wide. The other tests
+	// time renewals closely, so at most timedTests of them run at once.
 	flag.Parse()
 	parallelSet := false
 	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
 	if !parallelSet {
-		_ = flag.Set("test.parallel", "8")
+		_ = flag.Set("test.parallel", "12")
 	}
 	emulator.Main(m)
 }
+
+// timedTests bounds the tests other than the enumeration's cases that run
+// at once.
+var timedTests = make(chan struct{}, 8)
 
 // testDialects are the dialects every test that reaches Spanner runs in:
 // the same test, the same guarantees, on a database of each.
@@ -47,6 +52,8 @@ func eachDialect(t *testing.T, test func(t *testing.T)) {
 	for _, d := range testDialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
+			timedTests <- struct{}{}
+			defer func() { <-timedTests }()
 			test(t)
 		})
 	}

@@ -15,10 +15,7 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Holder, error
 	if err := validateName("lease name", name); err != nil {
 		return nil, fmt.Errorf("lease: Observe: %w", err)
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed() {
 		return nil, ErrClosed
 	}
 	ch := make(chan Holder)
@@ -31,17 +28,17 @@ func (c *Client) observe(ctx context.Context, name string, ch chan<- Holder) {
 	var last Holder
 	first := true
 	for {
-		signal, unsubscribe := subscribe(c.signalPrefix + name)
-		err := c.prepare(ctx)
+		signal, unsubscribe := subscribe(c.st.signalKey(name))
+		err := c.st.prepare(ctx)
 		var r row
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
-			r, err = readRow(rctx, c.db.Single(), c.sql, name, "")
+			r, err = readRow(rctx, c.st.db.Single(), c.st.sql, name)
 			cancel()
 		}
 		switch {
-		case err != nil && ctx.Err() == nil && c.background.Err() == nil:
-			c.log.Warn("observing a lease failed; retrying", "name", name, "err", c.explain(err))
+		case err != nil && ctx.Err() == nil && c.keeper.background.Err() == nil:
+			c.log.Warn("observing a lease failed; retrying", "name", name, "err", c.st.explain(err))
 		case err == nil:
 			h := Holder{Name: name}
 			if r.live {
@@ -52,7 +49,7 @@ func (c *Client) observe(ctx context.Context, name string, ch chan<- Holder) {
 				case ch <- h:
 					first, last = false, h
 				case <-ctx.Done():
-				case <-c.background.Done():
+				case <-c.keeper.background.Done():
 				}
 			}
 		}
@@ -60,7 +57,7 @@ func (c *Client) observe(ctx context.Context, name string, ch chan<- Holder) {
 		case <-ctx.Done():
 			unsubscribe()
 			return
-		case <-c.background.Done():
+		case <-c.keeper.background.Done():
 			unsubscribe()
 			return
 		case <-signal:

@@ -28,19 +28,25 @@ const (
 	DefaultPollInterval = time.Second
 	// maxNameLength matches the STRING(1024) name and holder_id columns.
 	maxNameLength = 1024
+	// DefaultMaxTransactions bounds the read-write transactions a Client
+	// runs at once for its callers (WithMaxTransactions).
+	DefaultMaxTransactions = 64
 )
 
 // Option configures a Client.
 type Option func(*config)
 
 type config struct {
-	ttl            time.Duration
-	renewInterval  time.Duration
-	pollInterval   time.Duration
-	holderID       string
-	logger         *slog.Logger
-	meterProvider  metric.MeterProvider
-	tracerProvider trace.TracerProvider
+	ttl           time.Duration
+	renewInterval time.Duration
+	pollInterval  time.Duration
+	holderID      string
+	// maxTransactions bounds the caller-driven read-write transactions in
+	// flight (see store.transact).
+	maxTransactions int
+	logger          *slog.Logger
+	meterProvider   metric.MeterProvider
+	tracerProvider  trace.TracerProvider
 }
 
 // WithTTL sets how long a lease lives without renewal (default 10s, from 1s
@@ -64,6 +70,14 @@ func WithPollInterval(d time.Duration) Option { return func(c *config) { c.pollI
 // exclude each other.
 func WithHolderID(id string) Option { return func(c *config) { c.holderID = id } }
 
+// WithMaxTransactions bounds how many read-write transactions the Client
+// runs at once for its callers (default 64); further calls wait for a turn
+// within their context. Renewals never wait for one. Spanner client
+// versions from v1.88.0 no longer limit concurrent transactions through a
+// session pool, so without a bound a burst of acquisitions on one hot name
+// would only abort each other.
+func WithMaxTransactions(n int) Option { return func(c *config) { c.maxTransactions = n } }
+
 // WithLogger sets the logger for renewal failures, losses and transitions
 // (default slog.Default()). Routine operations log at Debug.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -84,7 +98,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{ttl: DefaultTTL, pollInterval: DefaultPollInterval}
+	c := config{ttl: DefaultTTL, pollInterval: DefaultPollInterval, maxTransactions: DefaultMaxTransactions}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -106,6 +120,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.pollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("poll interval %s must be positive", c.pollInterval))
+	}
+	if c.maxTransactions < 1 {
+		errs = append(errs, fmt.Errorf("max transactions %d must be at least 1", c.maxTransactions))
 	}
 	if err := validateName("holder ID", c.holderID); err != nil {
 		errs = append(errs, err)
@@ -134,6 +151,34 @@ const maxCallTimeout = 10 * time.Second
 // expired. Without it the Spanner client allows a commit an hour.
 func (c config) callTimeout() time.Duration {
 	return min(c.ttl-c.safetyMargin(), maxCallTimeout)
+}
+
+// pollTimeout bounds one read of a waiter: a strong read of one row takes
+// milliseconds, so a poll that Spanner has not answered in twice the poll
+// interval (at least a second) is an outage, which the waiter records as
+// what it last saw, rather than a caller's deadline ending a poll that
+// could not tell.
+func (c config) pollTimeout() time.Duration {
+	return min(c.callTimeout(), max(2*c.pollInterval, time.Second))
+}
+
+// endTimeout bounds a Rollback sent after the caller's context ended: it
+// only frees the transaction's locks sooner than Spanner would.
+func (c config) endTimeout() time.Duration { return min(c.renewTimeout(), time.Second) }
+
+// deadlineFrom is when a session renewed (or created) by a transaction that
+// began at sent is presumed lost, on the monotonic clock.
+func (c config) deadlineFrom(sent time.Time) time.Time {
+	return sent.Add(c.ttl - c.safetyMargin())
+}
+
+// markFrom is the worker-ID high-water mark of a session renewed by a
+// transaction that began at sent: by this process's wall clock, later than
+// any moment its worker IDs may be used. Its IDs stop at the local deadline
+// (deadlineFrom); the mark adds the safety margin on top, for a wall clock
+// that steps forward by up to that much while the ID is held.
+func (c config) markFrom(sent time.Time) time.Time {
+	return sent.Round(0).Add(c.ttl)
 }
 
 func defaultHolderID() string {

@@ -16,9 +16,11 @@ type leaseKey struct {
 	name  string
 	slot  int64
 	token int64
+	// grant is the acquisition's grant ID, written in its row: unique to
+	// it, where a token may be given again after an acquisition that never
+	// landed.
+	grant string
 }
-
-func (k leaseKey) slotKey() slotKey { return slotKey{name: k.name, slot: k.slot} }
 
 // letGo is a lease whose owner let go: its row is cleared if it still names
 // the lease's session and token. A RunOnce completion also records the slot
@@ -30,10 +32,14 @@ type letGo struct {
 	// process's wall clock), recorded for the next holder to wait past;
 	// zero keeps the row's mark.
 	mark time.Time
+	// until is when a transaction whose outcome is unknown (an acquisition
+	// that may still land and name the session) can no longer commit; the
+	// keeper looks at the row until then. Zero for a release.
+	until time.Time
 }
 
-// clear is the write that lets g go; the sync transaction made sure the row
-// still names g's session and token.
+// clear is the write that lets g go; the let-go transaction made sure the
+// row still names g's session and token.
 func (g letGo) clear(sql statements) *spanner.Mutation {
 	if g.slot == lockSlot {
 		// The row keeps its token, so the next acquisition continues the sequence.
@@ -110,7 +116,7 @@ func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, er
 	g := letGo{leaseKey: l.key(), complete: complete}
 	if l.slot != lockSlot {
 		// After end: the ID is no longer in use (see WorkerID.Use).
-		g.mark = time.Now().Round(0)
+		g.mark = l.stoppedAt(time.Now())
 	}
 	outcome, err := l.c.letGoNow(ctx, l.sess, g, op)
 	if outcome == outcomeLost {
@@ -126,10 +132,11 @@ func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, er
 func (c *Client) letGoNow(ctx context.Context, s *session, g letGo, op string) (string, error) {
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
-	out, err := c.sync(sctx, s, nil, []letGo{g}, keepSession, "spannerlock-release")
+	owned, err := c.st.letGo(sctx, callerLane, "spannerlock-release", s, c.cfg.holderID, []letGo{g}, nil)
+	_, held := owned[g.leaseKey]
 	switch {
-	case err == nil && out.held[g.leaseKey]:
-		announceRelease(c.signalPrefix + g.name)
+	case err == nil && held:
+		announceRelease(c.st.signalKey(g.name))
 		return outcomeReleased, nil
 	case err == nil:
 		return outcomeLost, fmt.Errorf("lease: %s: %w", op, lostError(g.name, g.token, "it expired or was taken before "+op))
@@ -140,37 +147,23 @@ func (c *Client) letGoNow(ctx context.Context, s *session, g letGo, op string) (
 	var r row
 	var rerr error
 	if g.slot == lockSlot {
-		r, rerr = readRow(rctx, c.db.Single(), c.sql, g.name, "")
+		r, rerr = readRow(rctx, c.st.db.Single(), c.st.sql, g.name)
 	} else {
-		r, rerr = readPermitRow(rctx, c.db.Single(), c.sql, g.name, g.slot)
+		r, rerr = readPermitRow(rctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
 	}
 	switch {
-	case rerr == nil && r.heldBy(s.id, g.token):
+	case rerr == nil && r.heldBy(s.id, g.token, g.grant):
 	case rerr == nil && g.complete && !r.completedWith(g.token):
 		// Not completed under this lease: not at all, or by a holder that
 		// took the slot after this lease was lost.
 		return outcomeLost, fmt.Errorf("lease: %s: %w", op, lostError(g.name, g.token, "it expired or was taken before "+op))
 	case rerr == nil:
-		announceRelease(c.signalPrefix + g.name)
+		announceRelease(c.st.signalKey(g.name))
 		return outcomeReleased, nil
 	}
-	c.letGoLater(s, g)
-	return outcomeDeferred, fmt.Errorf("lease: %s %q: %w; it is no longer renewed: the Client's next renewal releases it, or it expires within %s",
-		op, g.name, c.explain(err), c.cfg.ttl)
-}
-
-// letGoLater leaves g to the Client's renewals, waking them.
-func (c *Client) letGoLater(s *session, g letGo) {
-	if !s.addLetGo(g) {
-		return // the session ended: its rows expire with it
-	}
-	c.mu.Lock()
-	c.startKeeper()
-	c.mu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
+	c.keeper.letGoLater(s, g)
+	return outcomeDeferred, fmt.Errorf("lease: %s %q: %w; it is no longer renewed: the Client clears it in the background, or it expires within %s",
+		op, g.name, c.st.explain(err), c.cfg.ttl)
 }
 
 // giveBack releases a lease acquired after its Client closed.

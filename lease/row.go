@@ -9,7 +9,8 @@ import (
 )
 
 // row is a lock or permit row, with its holder's session and Spanner's
-// verdict on it.
+// verdict on it when read outside a transaction (inside one, the session is
+// read separately: see sessionView).
 type row struct {
 	name      string
 	slot      int64 // lockSlot for a lock
@@ -26,12 +27,11 @@ type row struct {
 	// now is CURRENT_TIMESTAMP() when the row was read: Spanner's clock, for
 	// measuring how long until expires without consulting a local clock.
 	now time.Time
-	// self is whether the reader's own session is live: NULL when it has
-	// no row.
-	self spanner.NullBool
 
+	grant     spanner.NullString // the grant ID of the acquisition that wrote it
 	kind      spanner.NullString // locks only
 	completed bool               // locks only: a RunOnce slot that succeeded
+	attempts  spanner.NullInt64  // locks only: runs of a RunOnce slot
 	// highWater and sessionHighWater are the worker-ID marks of the permit
 	// row (set at acquisition and release) and of its holder's session (set
 	// at every renewal).
@@ -74,9 +74,10 @@ func (r row) remaining() time.Duration {
 	return r.expires.Time.Sub(r.now)
 }
 
-// heldBy reports whether the row is live and held by the session with token.
-func (r row) heldBy(session string, token int64) bool {
-	return r.live && r.sessionID.StringVal == session && r.token.Int64 == token
+// heldBy reports whether the row is live and held by the session with
+// token and grant.
+func (r row) heldBy(session string, token int64, grant string) bool {
+	return r.live && r.sessionID.StringVal == session && r.token.Int64 == token && r.grant.StringVal == grant
 }
 
 // completedWith reports whether a RunOnce slot was recorded as done under
@@ -94,13 +95,25 @@ func (r row) notBefore() time.Time {
 	return t
 }
 
+// withSession completes a row read inside a transaction with what a read
+// outside it said of the holder's session.
+func (r *row) withSession(s sessionView) {
+	r.live = r.sessionID.Valid && s.live
+	r.renewed, r.expires, r.now = s.renewed, s.expires, s.now
+	r.sessionHighWater = s.highWater
+}
+
 func (r *row) commonFields() []any {
-	return []any{&r.rowName, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now}
+	return []any{&r.rowName, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.renewed, &r.expires, &r.live, &r.payload, &r.now, &r.grant}
 }
 
 func (r *row) lockFields() []any {
 	r.slot = lockSlot
-	return append(r.commonFields(), &r.kind, &r.completed, &r.self)
+	return append(r.commonFields(), &r.kind, &r.completed, &r.attempts)
+}
+
+func (r *row) permitFields() []any {
+	return append(r.commonFields(), &r.slot, &r.highWater, &r.sessionHighWater, &r.parentKind)
 }
 
 // scan reads a row's columns and derives whether it exists.
@@ -115,26 +128,32 @@ func (r *row) scan(sr *spanner.Row, fields ...any) error {
 	return nil
 }
 
-func (r *row) permitFields() []any {
-	return append(r.commonFields(), &r.slot, &r.highWater, &r.sessionHighWater, &r.parentKind)
-}
-
 // querier is what both transactions and single reads offer.
 type querier interface {
 	Query(ctx context.Context, statement spanner.Statement) *spanner.RowIterator
 }
 
-// readRow is the one read of a lock row. A missing row is a free lease with
-// found == false. self names the reader's session ("" for none).
-func readRow(ctx context.Context, q querier, sql statements, name, self string) (row, error) {
+// readRow is the one read of a lock row outside transactions. A missing row
+// is a free lease with found == false.
+func readRow(ctx context.Context, q querier, sql statements, name string) (row, error) {
 	r := row{name: name}
-	err := q.Query(ctx, sql.selectRow.bind(map[string]any{"name": name, "self": self})).Do(func(sr *spanner.Row) error {
+	err := q.Query(ctx, sql.selectRow.bind(map[string]any{"name": name})).Do(func(sr *spanner.Row) error {
 		return r.scan(sr, r.lockFields()...)
 	})
 	return r, err
 }
 
-// readPermitRow is the one read of a permit row.
+// readLockInTx reads a lock row inside a transaction, without its holder's
+// session.
+func readLockInTx(ctx context.Context, tx *spanner.ReadWriteTransaction, sql statements, name string) (row, error) {
+	r := row{name: name, slot: lockSlot}
+	err := tx.Query(ctx, sql.lockInTx.bind(map[string]any{"name": name})).Do(func(sr *spanner.Row) error {
+		return r.scan(sr, &r.rowName, &r.token, &r.holderID, &r.sessionID, &r.acquired, &r.payload, &r.grant, &r.kind, &r.completed, &r.attempts)
+	})
+	return r, err
+}
+
+// readPermitRow is the one read of a permit row outside transactions.
 func readPermitRow(ctx context.Context, q querier, sql statements, name string, slot int64) (row, error) {
 	r := row{name: name}
 	var readSlot spanner.NullInt64
@@ -154,8 +173,6 @@ type semaphoreState struct {
 	// next is the token the next permit gets.
 	next  spanner.NullInt64
 	slots []row
-	// self is whether the reader's session is live (NULL: no row).
-	self spanner.NullBool
 }
 
 func (s semaphoreState) declared() error {
@@ -197,18 +214,18 @@ func (s semaphoreState) soonest() row {
 	return first
 }
 
-// readSemaphore reads a semaphore or worker pool; self names the reader's
-// session ("" for none).
-func readSemaphore(ctx context.Context, q querier, sql statements, name, self string) (semaphoreState, error) {
+// readSemaphore reads a semaphore or worker pool outside transactions, with
+// the sessions of its permits' holders.
+func readSemaphore(ctx context.Context, q querier, sql statements, name string) (semaphoreState, error) {
 	s := semaphoreState{name: name}
-	err := q.Query(ctx, sql.selectSemaphore.bind(map[string]any{"name": name, "self": self})).Do(func(sr *spanner.Row) error {
+	err := q.Query(ctx, sql.selectSemaphore.bind(map[string]any{"name": name})).Do(func(sr *spanner.Row) error {
 		var (
 			slot spanner.NullInt64
 			p    = row{name: name, found: true}
 		)
 		err := sr.Columns(&s.found, &s.kind, &s.permits, &s.next,
 			&slot, &p.token, &p.holderID, &p.sessionID, &p.acquired, &p.renewed, &p.expires, &p.live,
-			&p.payload, &p.highWater, &p.sessionHighWater, &p.now, &s.self)
+			&p.payload, &p.highWater, &p.sessionHighWater, &p.now, &p.grant)
 		if err != nil || !slot.Valid {
 			return err // no permit: the parent row alone
 		}
@@ -217,4 +234,54 @@ func readSemaphore(ctx context.Context, q querier, sql statements, name, self st
 		return nil
 	})
 	return s, err
+}
+
+// readPoolInTx reads a semaphore or worker pool inside a transaction,
+// without its permits' holders' sessions.
+func readPoolInTx(ctx context.Context, tx *spanner.ReadWriteTransaction, sql statements, name string) (semaphoreState, error) {
+	s := semaphoreState{name: name}
+	err := tx.Query(ctx, sql.poolInTx.bind(map[string]any{"name": name})).Do(func(sr *spanner.Row) error {
+		var (
+			slot spanner.NullInt64
+			p    = row{name: name, found: true}
+		)
+		s.found = true
+		err := sr.Columns(&s.kind, &s.permits, &s.next,
+			&slot, &p.token, &p.holderID, &p.sessionID, &p.acquired, &p.payload, &p.highWater, &p.grant)
+		if err != nil || !slot.Valid {
+			return err // no permit: the parent row alone
+		}
+		p.slot, p.parentKind = slot.Int64, s.kind
+		s.slots = append(s.slots, p)
+		return nil
+	})
+	return s, err
+}
+
+// sessionView is what Spanner said of one session at a moment: whether it
+// was live by Spanner's clock, and its worker-ID mark.
+type sessionView struct {
+	live      bool
+	renewed   spanner.NullTime
+	expires   spanner.NullTime
+	highWater spanner.NullTime
+	now       time.Time
+}
+
+// readSessions reads the given sessions outside any transaction, with a
+// strong read that takes no lock. A session with no row is not live.
+func readSessions(ctx context.Context, db *spanner.Client, sql statements, ids []string) (map[string]sessionView, error) {
+	out := make(map[string]sessionView, len(ids))
+	err := db.Single().Query(ctx, sql.sessionViews.bind(map[string]any{"ids": ids})).Do(func(sr *spanner.Row) error {
+		var (
+			id string
+			s  sessionView
+		)
+		if err := sr.Columns(&id, &s.live, &s.renewed, &s.expires, &s.highWater, &s.now); err != nil {
+			return err
+		}
+		out[id] = s
+		return nil
+	})
+	return out, err
 }

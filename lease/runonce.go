@@ -18,25 +18,36 @@ import (
 // The replica that takes the slot's lock runs fn under the lock's Context and
 // returns (true, nil) once success is recorded. When fn fails, its error is
 // returned with ran == false and the slot stays open: another call may run
-// it. Replicas that find the slot running wait for it to finish or fail (then
-// one of them runs it) and return (false, nil) once it has succeeded
-// elsewhere. A replica that crashes mid-run lets another take over when its
-// lease expires.
+// it. When fn panics, the slot is released and the panic goes on. Replicas
+// that find the slot running wait for it to finish or fail (then one of them
+// runs it) and return (false, nil) once it has succeeded elsewhere. A replica
+// that crashes mid-run lets another take over when its lease expires. Every
+// run counts in the slot's row (Jobs reports them); WithMaxFailures bounds
+// how often a failing slot is tried.
 //
 // If the lock is lost while fn runs (the holder paused past its TTL), fn may
 // run again elsewhere; RunOnce then returns ran == true with an error
 // matching ErrLeaseLost. Fence fn's effects with l.Guard or the token (from
 // the context, see LeaseFromContext) when a second run must be harmless.
-func (c *Client) RunOnce(ctx context.Context, job string, slot time.Time, fn func(ctx context.Context) error) (ran bool, err error) {
+//
+// Recording success, and releasing the slot after a failure, are bounded
+// by the call timeout (the TTL minus a tenth, at most 10s) rather than by
+// ctx, so that a caller whose context ends as fn returns still records what
+// fn did.
+func (c *Client) RunOnce(ctx context.Context, job string, slot time.Time, fn func(ctx context.Context) error, opts ...RunOnceOption) (ran bool, err error) {
 	if err := validateName("job name", job); err != nil {
 		return false, fmt.Errorf("lease: RunOnce: %w", err)
 	}
-	name := job + "@" + slot.UTC().Format(time.RFC3339Nano)
+	name := JobSlotName(job, slot)
 	if err := validateName("job slot", name); err != nil {
 		return false, fmt.Errorf("lease: RunOnce: %w", err)
 	}
+	var cfg runOnceConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx, span := c.tel.start(ctx, "RunOnce", attrName.String(name))
-	ran, err = c.runOnce(ctx, name, fn)
+	ran, err = c.runOnce(ctx, name, fn, cfg)
 	outcome := "ran"
 	switch {
 	case err != nil:
@@ -48,23 +59,60 @@ func (c *Client) RunOnce(ctx context.Context, job string, slot time.Time, fn fun
 	return ran, err
 }
 
-func (c *Client) runOnce(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
-	l, err := c.acquire(ctx, "Acquire", lockTarget{lockName: name, untilCompleted: true}, acquireConfig{}, false)
+// RunOnceOption configures one RunOnce call.
+type RunOnceOption func(*runOnceConfig)
+
+type runOnceConfig struct {
+	maxFailures int64
+}
+
+// WithMaxFailures makes RunOnce give up on a slot whose runs have failed,
+// or crashed, n times in all, on any replica: it returns an error matching
+// ErrTooManyFailures without running fn. n below 1 means no bound (the
+// default).
+func WithMaxFailures(n int) RunOnceOption {
+	return func(c *runOnceConfig) { c.maxFailures = int64(max(n, 0)) }
+}
+
+// JobSlotName is the name of the lock RunOnce takes for a job's slot: the
+// job, "@", and the slot in UTC as RFC 3339 with nanoseconds. Holder and
+// ForceRelease take it.
+func JobSlotName(job string, slot time.Time) string {
+	return job + "@" + slot.UTC().Format(time.RFC3339Nano)
+}
+
+func (c *Client) runOnce(ctx context.Context, name string, fn func(ctx context.Context) error, cfg runOnceConfig) (bool, error) {
+	l, err := c.acquire(ctx, "Acquire", lockTarget{lockName: name, untilCompleted: true, maxFailures: cfg.maxFailures}, acquireConfig{}, false)
 	if errors.Is(err, errCompleted) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	// fn's work ends with the lease, and belongs to the RunOnce span.
-	work := trace.ContextWithSpan(l.Context(), trace.SpanFromContext(ctx))
-	if err := fn(withLease(work, l)); err != nil {
+	if err := c.runJob(ctx, l, fn); err != nil {
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			c.log.Warn("releasing a failed job's slot did not reach Spanner", "name", name, "err", rerr)
 		}
 		return false, err
 	}
 	return true, l.complete(context.WithoutCancel(ctx))
+}
+
+// runJob runs fn under the slot's lease; if fn panics, it releases the slot
+// before the panic goes on, so that another replica can run it at once
+// rather than never (the Client would renew the slot for its whole life).
+func (c *Client) runJob(ctx context.Context, l *Lease, fn func(ctx context.Context) error) error {
+	defer func() {
+		if p := recover(); p != nil {
+			if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+				c.log.Warn("releasing a panicked job's slot did not reach Spanner", "name", l.name, "err", rerr)
+			}
+			panic(p)
+		}
+	}()
+	// fn's work ends with the lease, and belongs to the RunOnce span.
+	work := trace.ContextWithSpan(l.Context(), trace.SpanFromContext(ctx))
+	return fn(withLease(work, l))
 }
 
 type leaseContextKey struct{}

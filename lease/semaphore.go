@@ -39,26 +39,11 @@ func (c *Client) SetPermits(ctx context.Context, name string, n int64) error {
 	if n < 1 {
 		return fmt.Errorf("lease: SetPermits %q: permits must be at least 1, got %d", name, n)
 	}
-	if err := c.prepare(ctx); err != nil {
+	if err := c.st.prepare(ctx); err != nil {
 		return fmt.Errorf("lease: SetPermits %q: %w", name, err)
 	}
-	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		s, err := readSemaphore(ctx, tx, c.sql, name, "")
-		switch {
-		case err != nil:
-			return err
-		case !s.found:
-			// The schema's default seeds the token, as for a lock's first row.
-			return tx.Query(ctx, c.sql.insertParent.bind(map[string]any{
-				"name": name, "kind": kindSemaphore, "permits": n,
-			})).Do(func(*spanner.Row) error { return nil })
-		case s.kind.StringVal != kindSemaphore:
-			return fmt.Errorf("%q is %s, not a semaphore: choose another name", name, describeKind(s.kind))
-		}
-		return tx.BufferWrite([]*spanner.Mutation{spanner.Update(c.sql.table, []string{"name", "permits"}, []any{name, n})})
-	}, spanner.TransactionOptions{TransactionTag: "spannerlock-set-permits"})
-	if err != nil {
-		return fmt.Errorf("lease: SetPermits %q: %w", name, c.explain(err))
+	if err := c.st.setPermits(ctx, name, spanner.NullInt64{Int64: n, Valid: true}, true); err != nil {
+		return fmt.Errorf("lease: SetPermits %q: %w", name, c.st.explain(err))
 	}
 	return nil
 }
@@ -67,18 +52,11 @@ func (c *Client) SetPermits(ctx context.Context, name string, n int64) error {
 // ErrUnknownSemaphore. Permits still held stay valid until released. The
 // semaphore's token counter is kept, so declaring it again continues it.
 func (c *Client) Undeclare(ctx context.Context, name string) error {
-	if err := c.prepare(ctx); err != nil {
+	if err := c.st.prepare(ctx); err != nil {
 		return fmt.Errorf("lease: Undeclare %q: %w", name, err)
 	}
-	_, err := c.db.ReadWriteTransactionWithOptions(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-		s, err := readSemaphore(ctx, tx, c.sql, name, "")
-		if err != nil || !s.found || s.kind.StringVal != kindSemaphore {
-			return err
-		}
-		return tx.BufferWrite([]*spanner.Mutation{spanner.Update(c.sql.table, []string{"name", "permits"}, []any{name, nil})})
-	}, spanner.TransactionOptions{TransactionTag: "spannerlock-undeclare"})
-	if err != nil {
-		return fmt.Errorf("lease: Undeclare %q: %w", name, c.explain(err))
+	if err := c.st.setPermits(ctx, name, spanner.NullInt64{}, false); err != nil {
+		return fmt.Errorf("lease: Undeclare %q: %w", name, c.st.explain(err))
 	}
 	return nil
 }
@@ -87,14 +65,14 @@ func (c *Client) Undeclare(ctx context.Context, name string) error {
 // permits, in name order, in one read-only transaction. Like Holders, it
 // reads the whole table.
 func (c *Client) Semaphores(ctx context.Context) ([]Semaphore, error) {
-	if err := c.prepare(ctx); err != nil {
+	if err := c.st.prepare(ctx); err != nil {
 		return nil, err
 	}
-	txn := c.db.ReadOnlyTransaction()
+	txn := c.st.db.ReadOnlyTransaction()
 	defer txn.Close()
 	var sems []Semaphore
 	byName := map[string]int{}
-	err := txn.Query(ctx, c.sql.selectSemaphores.bind(nil)).Do(func(sr *spanner.Row) error {
+	err := txn.Query(ctx, c.st.sql.selectSemaphores.bind(nil)).Do(func(sr *spanner.Row) error {
 		var s Semaphore
 		if err := sr.Columns(&s.Name, &s.Permits); err != nil {
 			return err
@@ -104,7 +82,7 @@ func (c *Client) Semaphores(ctx context.Context) ([]Semaphore, error) {
 		return nil
 	})
 	if err == nil {
-		err = txn.Query(ctx, c.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
+		err = txn.Query(ctx, c.st.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
 			var r row
 			if err := r.scan(sr, r.permitFields()...); err != nil {
 				return err
@@ -116,7 +94,7 @@ func (c *Client) Semaphores(ctx context.Context) ([]Semaphore, error) {
 		})
 	}
 	if err != nil {
-		return nil, c.explain(err)
+		return nil, c.st.explain(err)
 	}
 	return sems, nil
 }
@@ -127,12 +105,12 @@ func (c *Client) Semaphore(ctx context.Context, name string) (Semaphore, error) 
 	if err := validateName("semaphore name", name); err != nil {
 		return Semaphore{}, fmt.Errorf("lease: Semaphore: %w", err)
 	}
-	if err := c.prepare(ctx); err != nil {
+	if err := c.st.prepare(ctx); err != nil {
 		return Semaphore{}, err
 	}
-	s, err := readSemaphore(ctx, c.db.Single(), c.sql, name, "")
+	s, err := readSemaphore(ctx, c.st.db.Single(), c.st.sql, name)
 	if err != nil {
-		return Semaphore{}, c.explain(err)
+		return Semaphore{}, c.st.explain(err)
 	}
 	if err := s.declared(); err != nil {
 		return Semaphore{}, err
@@ -144,6 +122,11 @@ func (c *Client) Semaphore(ctx context.Context, name string) (Semaphore, error) 
 		}
 	}
 	return out, nil
+}
+
+// notASemaphore says that a name belongs to a lock or a worker pool.
+func notASemaphore(name string, kind spanner.NullString) error {
+	return fmt.Errorf("%w: %q is %s, not a semaphore: choose another name", ErrWrongKind, name, describeKind(kind))
 }
 
 func describeKind(kind spanner.NullString) string {

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -9,26 +8,40 @@ import (
 )
 
 // session is a Client's presence in Spanner: one row in the sessions table
-// that every lease of the Client names, renewed once per interval for all
-// of them. A lease lives in Spanner exactly as long as its session does.
+// that every lease of the Client names, renewed once per interval for all of
+// them. A lease lives in Spanner exactly as long as its session does.
 //
 // Locally a session has one deadline on the monotonic clock, set only from
 // writes of its row that the Client saw commit: every lease of a session
 // therefore has a deadline, and when it passes every lease of the session is
-// lost. A session that ends is never written again (a new one, with a new
-// ID, takes its place), so a lease presumed lost never comes back to life.
+// lost. A session that ends is never written again, except to expire it (a
+// new one, with a new ID, takes its place), so a lease presumed lost never
+// comes back to life.
+//
+// Its row is written only by blind writes (the insert that creates it, the
+// renewals, the tombstone that expires it), and no read-write transaction
+// reads it: rivals and the Client itself learn whether a session is live
+// from strong reads outside their transactions, which take no lock. So no
+// transaction can make a renewal wait. The price is that a renewal could
+// commit after a rival saw the session expired; Spanner's commit timestamps
+// reveal that (see confirm), and the session then ends as if its deadline
+// had passed, which locally it had.
 type session struct {
-	c  *Client
-	id string
+	id  string
+	cfg config
 
 	mu    sync.Mutex
 	state sessionState
 	// resolved is closed when a creation in flight is resolved.
 	resolved chan struct{}
-	deadline time.Time // monotonic; set once live
-	timer    *time.Timer
+	deadline time.Time // monotonic; set once active
+	// lastCommit is the commit timestamp of the last write of the row the
+	// Client saw commit: Spanner's clock, compared only with Spanner's.
+	lastCommit time.Time
+	timer      *time.Timer
+	onDeadline func(*session)
 	// letGos are leases of this session whose owners let go while their
-	// release did not reach Spanner; renewals clear them (keeper.go).
+	// release did not reach Spanner; the keeper clears them (keeper.go).
 	letGos map[leaseKey]letGo
 	// cursor rotates renewals through more leases than one renewal checks.
 	cursor int
@@ -50,106 +63,99 @@ const (
 	sessionEnded
 )
 
-func newSession(c *Client) *session {
-	return &session{c: c, id: randomHex(16), letGos: map[leaseKey]letGo{}}
+func newSession(cfg config, onDeadline func(*session)) *session {
+	return &session{id: randomHex(16), cfg: cfg, onDeadline: onDeadline, letGos: map[leaseKey]letGo{}}
 }
 
 // role is what an acquiring transaction does with its session's row.
 type role int
 
 const (
-	// joinLive: the row exists and is fresh; the transaction checks that
-	// Spanner agrees it is live, and writes nothing to it.
+	// joinLive: the session is live and not due for renewal; the
+	// transaction does not touch its row.
 	joinLive role = iota
-	// joinRefresh: as joinLive, and the transaction also renews the row,
-	// because the session has idled and its deadline is near: a new lease
-	// starts with (close to) a full TTL.
+	// joinRefresh: the session has idled and its deadline is near, so the
+	// transaction also renews the row (a blind write): a new lease starts
+	// with (close to) a full TTL.
 	joinRefresh
-	// create: the transaction inserts the row.
+	// create: the transaction inserts the row (a blind write, which fails
+	// if the row exists).
 	create
 )
 
 // writes reports whether a transaction in this role writes the session row.
 func (r role) writes() bool { return r != joinLive }
 
-// join returns the session an acquisition should use and its role in it,
-// waiting while another acquisition of this Client creates the session.
-func (c *Client) join(ctx context.Context) (*session, role, error) {
-	for {
-		s := c.currentSession()
-		s.mu.Lock()
-		switch s.state {
-		case sessionNew:
-			s.state, s.resolved = sessionCreating, make(chan struct{})
-			s.mu.Unlock()
-			return s, create, nil
-		case sessionCreating:
-			resolved := s.resolved
-			s.mu.Unlock()
-			select {
-			case <-resolved:
-			case <-ctx.Done():
-				return nil, 0, ctx.Err()
-			case <-c.background.Done():
-				return nil, 0, ErrClosed
-			}
-		case sessionActive:
-			r := joinLive
-			// Renewals keep a session with leases above this; only an idle
-			// session falls below it.
-			if time.Until(s.deadline) < c.cfg.ttl/2 {
-				r = joinRefresh
-			}
-			s.mu.Unlock()
-			return s, r, nil
-		default:
-			s.mu.Unlock() // ended: currentSession starts another
-		}
+// write is the mutation of the session row that a transaction in role r,
+// begun at sent, makes: none, an insert, or a renewal.
+func (s *session) write(r role, holderID string, sql statements, sent time.Time) *spanner.Mutation {
+	switch r {
+	case create:
+		return spanner.Insert(sql.sessions,
+			[]string{"session_id", "holder_id", "ttl_ms", "renewed_at", "high_water"},
+			[]any{s.id, holderID, s.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, s.cfg.markFrom(sent)})
+	case joinRefresh:
+		return s.renewal(sql, sent)
 	}
+	return nil
 }
 
-// currentSession returns the session new acquisitions use, starting a new
-// one if the last ended.
-func (c *Client) currentSession() *session {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s := c.sess; s.isEnded() {
-		c.sess = newSession(c)
-	}
-	return c.sess
+// renewal is the blind write that extends a session from a transaction
+// begun at sent: its new renewed_at, and the latest moment its worker IDs
+// may be used. It fails with NOT_FOUND if the row is gone.
+func (s *session) renewal(sql statements, sent time.Time) *spanner.Mutation {
+	return spanner.Update(sql.sessions, []string{"session_id", "renewed_at", "high_water"},
+		[]any{s.id, spanner.CommitTimestamp, s.cfg.markFrom(sent)})
 }
 
-func (s *session) isEnded() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state == sessionEnded
-}
-
-// confirmed records that a transaction in role r, begun at sent, committed.
-func (s *session) confirmed(r role, sent time.Time) {
-	if !r.writes() {
-		return
-	}
+// confirm records that a transaction in role r, begun at sent, committed at
+// commitTs (Spanner's clock), and reports whether whatever it wrote lives
+// within the session's life as the Client knows it.
+//
+// A write that names the session, or renews it, committed more than
+// TTL - margin after the last write of the row the Client saw commit may
+// have come after the session expired in Spanner (unseen writes between
+// them could only have lived within that span): a rival may have taken its
+// leases meanwhile. Such a commit confirms nothing and ends the session;
+// the local deadline, counted from the older write, has passed by then
+// anyway. A creation confirms the session.
+func (s *session) confirm(r role, sent, commitTs time.Time) bool {
 	s.mu.Lock()
 	if r == create && s.state == sessionCreating {
 		s.state = sessionActive
+		s.lastCommit = commitTs
 		close(s.resolved)
+		s.mu.Unlock()
+		s.extend(sent)
+		return true
+	}
+	ok := s.state == sessionActive && commitTs.Sub(s.lastCommit) < s.cfg.ttl-s.cfg.safetyMargin()
+	if ok && r.writes() && commitTs.After(s.lastCommit) {
+		s.lastCommit = commitTs
 	}
 	s.mu.Unlock()
-	s.extend(sent)
+	if ok && r.writes() {
+		s.extend(sent)
+	}
+	return ok
 }
 
-// extend records a committed write of the row by a transaction that began
-// at sent. Spanner's commit timestamp is no earlier than sent, so the
-// session cannot expire on Spanner's clock before the local deadline
-// computed from it.
+// renewed is confirm for a renewal.
+func (s *session) renewed(sent, commitTs time.Time) bool {
+	return s.confirm(joinRefresh, sent, commitTs)
+}
+
+// extend moves the local deadline to TTL minus the safety margin after
+// sent. Spanner's commit timestamp is no earlier than sent, so the session
+// cannot expire on Spanner's clock before the local deadline computed from
+// it.
 func (s *session) extend(sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != sessionActive {
 		return
 	}
-	d := s.c.deadlineFrom(sent)
+	d := s.cfg.deadlineFrom(sent)
 	if !d.After(s.deadline) {
 		return
 	}
@@ -161,8 +167,58 @@ func (s *session) extend(sent time.Time) {
 	}
 }
 
-// addLetGo records a lease of s to clear in a later sync; it reports false
-// when s has ended, since its rows then expire with it.
+func (s *session) checkDeadline() {
+	s.mu.Lock()
+	if wait := time.Until(s.deadline); wait > 0 && s.state == sessionActive {
+		// A renewal moved the deadline after this timer fired.
+		s.timer.Reset(wait)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.onDeadline(s)
+}
+
+// begin claims the creation of a new session's row for one acquisition, or
+// says how the session may be joined and how long it has left; wait is set
+// while another acquisition creates it.
+func (s *session) begin() (r role, left time.Duration, wait <-chan struct{}, ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case sessionNew:
+		s.state, s.resolved = sessionCreating, make(chan struct{})
+		return create, 0, nil, false
+	case sessionCreating:
+		return 0, 0, s.resolved, false
+	case sessionActive:
+		// Renewals keep a session with leases above half a TTL; only an idle
+		// session falls below it, and is renewed by the acquisition that
+		// joins it.
+		left := time.Until(s.deadline)
+		if left < s.cfg.ttl/2 {
+			return joinRefresh, left, nil, false
+		}
+		return joinLive, left, nil, false
+	}
+	return 0, 0, nil, true
+}
+
+// notCreated records that a creating transaction certainly did not write
+// the row (it rolled back, or failed before its commit was sent), so the
+// next acquisition may create the session under the same ID. It does
+// nothing once the creation was confirmed or the session ended.
+func (s *session) notCreated() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == sessionCreating {
+		s.state = sessionNew
+		close(s.resolved)
+	}
+}
+
+// addLetGo records a lease of s to clear later; it reports false when s
+// has ended, since its rows then expire with it.
 func (s *session) addLetGo(g letGo) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -173,7 +229,7 @@ func (s *session) addLetGo(g letGo) bool {
 	return true
 }
 
-// pendingLetGos returns up to n let-goes waiting for a sync.
+// pendingLetGos returns up to n let-goes waiting to be cleared.
 func (s *session) pendingLetGos(n int) []letGo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,10 +243,13 @@ func (s *session) pendingLetGos(n int) []letGo {
 	return gos
 }
 
+// dropLetGo forgets g, unless it was recorded again meanwhile.
 func (s *session) dropLetGo(g letGo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.letGos, g.leaseKey)
+	if s.letGos[g.leaseKey] == g {
+		delete(s.letGos, g.leaseKey)
+	}
 }
 
 // takeLetGos removes and returns every waiting let-go.
@@ -205,68 +264,32 @@ func (s *session) takeLetGos() []letGo {
 	return gos
 }
 
-// notCreated records that a creating transaction certainly did not write
-// the row (it rolled back, or committed without it), so the next
-// acquisition may create the session under the same ID. It does nothing
-// once the creation was confirmed or the session ended.
-func (s *session) notCreated() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state == sessionCreating {
-		s.state = sessionNew
-		close(s.resolved)
-	}
-}
-
-// abandon gives up on a session whose row's fate is unknown: a creating
-// commit whose outcome could not be confirmed. Guessing either way is
-// unsafe (a lease without a deadline, or a second insert of the row), so
-// the session ends, its row is made expired in the background, and the
-// Client starts another.
-func (c *Client) abandon(s *session, why string) {
-	if c.endSession(s, lossSessionGone, why) {
-		c.runInBackground(func(ctx context.Context) error { return c.expireSession(ctx, s) })
-	}
-}
-
-// expireSession writes the session row as expired, inserting it if the
-// creation never landed: a creating commit still in flight then fails on
-// the existing row, and one that landed is expired at once, so no lease
-// naming the session lives on. The row keeps its worker-ID high-water mark.
-func (c *Client) expireSession(ctx context.Context, s *session) error {
-	_, err := c.db.Apply(ctx, []*spanner.Mutation{c.sql.sessionTombstone(s.id, c.cfg.holderID)},
-		spanner.TransactionTag("spannerlock-end-session"))
-	return err
-}
-
-func (s *session) checkDeadline() {
-	s.mu.Lock()
-	if wait := time.Until(s.deadline); wait > 0 && s.state == sessionActive {
-		// A renewal moved the deadline after this timer fired.
-		s.timer.Reset(wait)
-		s.mu.Unlock()
-		return
-	}
-	s.mu.Unlock()
-	s.c.endSession(s, lossDeadline, "no renewal was confirmed before the local deadline")
-}
-
-// end marks the session over, once; it reports whether this call did it.
-func (s *session) end() bool {
+// end marks the session over, once; it reports whether this call did it,
+// and whether its row may still be live in Spanner (it was created, or
+// its creation's outcome is unknown).
+func (s *session) end(reason lossReason) (ended, mayBeLive bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.state {
 	case sessionEnded:
-		return false
+		return false, false
 	case sessionCreating:
 		close(s.resolved)
 	}
+	mayBeLive = s.state == sessionActive || s.state == sessionCreating
 	s.state = sessionEnded
+	s.reason = reason
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 	clear(s.letGos) // they expire with the session
-	return true
+	return true, mayBeLive
+}
+
+func (s *session) isEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == sessionEnded
 }
 
 // live reports whether the session's local deadline has not passed, so its
@@ -276,6 +299,17 @@ func (s *session) live() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state == sessionActive && time.Now().Before(s.deadline)
+}
+
+// remaining is how long until the local deadline; 0 once it has passed or
+// the session is not active.
+func (s *session) remaining() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != sessionActive {
+		return 0
+	}
+	return max(0, time.Until(s.deadline))
 }
 
 // endReason is why the session ended, for leases found on it afterwards.
@@ -294,79 +328,8 @@ func (s *session) localDeadline() time.Time {
 	return s.deadline
 }
 
-// endSession ends s and loses every lease that names it; it reports whether
-// this call ended it.
-func (c *Client) endSession(s *session, reason lossReason, why string) bool {
-	if !s.end() {
-		return false
-	}
-	s.mu.Lock()
-	s.reason = reason
-	s.mu.Unlock()
-	c.mu.Lock()
-	leases := c.leasesLocked()
-	c.mu.Unlock()
-	for _, l := range leases {
-		if l.sess == s {
-			l.lose(reason, why)
-		}
-	}
-	return true
-}
-
-// errSessionGone rolls back a transaction that found its session expired,
-// deleted, or (for a session being created) already present in Spanner.
+// errSessionGone ends a transaction that found its session's row gone from
+// Spanner or, for a session being created, already present.
 type errSessionGone struct{ s *session }
 
 func (e errSessionGone) Error() string { return "lease: session " + e.s.id + " is gone from Spanner" }
-
-// check decides, inside an acquiring transaction, whether the session may
-// be used given what Spanner says of its row (self: NULL when there is no
-// row, else whether it is live). A joiner needs it live; a creator needs it
-// absent, since a row it did not see created may have had leases taken.
-func (r role) check(s *session, self spanner.NullBool) error {
-	ok := self.Valid && self.Bool
-	if r == create {
-		ok = !self.Valid
-	}
-	if !ok {
-		return errSessionGone{s}
-	}
-	return nil
-}
-
-// write is the mutation of the session row that a transaction in role r,
-// begun at sent, makes: none, an insert, or a renewal.
-func (r role) write(c *Client, s *session, sent time.Time) *spanner.Mutation {
-	switch r {
-	case create:
-		return spanner.Insert(c.sql.sessions,
-			[]string{"session_id", "holder_id", "ttl_ms", "renewed_at", "high_water"},
-			[]any{s.id, c.cfg.holderID, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, c.markFrom(sent)})
-	case joinRefresh:
-		return c.renewal(s, sent)
-	}
-	return nil
-}
-
-// renewal is the write that extends a session from a transaction begun at
-// sent: its new renewed_at, and the latest moment its worker IDs may be used.
-func (c *Client) renewal(s *session, sent time.Time) *spanner.Mutation {
-	return spanner.Update(c.sql.sessions, []string{"session_id", "renewed_at", "high_water"},
-		[]any{s.id, spanner.CommitTimestamp, c.markFrom(sent)})
-}
-
-// deadlineFrom is when a session renewed (or created) by a transaction that
-// began at sent is presumed lost, on the monotonic clock.
-func (c *Client) deadlineFrom(sent time.Time) time.Time {
-	return sent.Add(c.cfg.ttl - c.cfg.safetyMargin())
-}
-
-// markFrom is the worker-ID high-water mark of a session renewed by a
-// transaction that began at sent: by this process's wall clock, later than
-// any moment its worker IDs may be used. Its IDs stop at the local deadline
-// (deadlineFrom); the mark adds the safety margin on top, for a wall clock
-// that steps forward by up to that much while the ID is held.
-func (c *Client) markFrom(sent time.Time) time.Time {
-	return sent.Round(0).Add(c.cfg.ttl)
-}

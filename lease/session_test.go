@@ -34,8 +34,10 @@ func TestUnknownSessionCreationLeavesNoLeaseWithoutADeadline(t *testing.T) {
 			t.Fatalf("TryAcquire of a held name: %v, want ErrNotAcquired", err)
 		}
 		// RPC 0 inserts "x", 1 commits it with a's session (reply lost), 2
-		// reads to settle it (reply lost).
-		f.arm(notRenewals, map[int]fault{1: replyLost, 2: replyLost})
+		// reads to settle it (reply lost). The Rollback that follows the
+		// failed Commit is not counted.
+		f.arm(func(r rpc) bool { return notRenewals(r) && !strings.HasSuffix(r.method, "/Rollback") },
+			map[int]fault{1: replyLost, 2: replyLost})
 		if _, err := a.TryAcquire(ctx, "x"); err == nil {
 			t.Fatal("TryAcquire whose outcome could not be learnt reported success")
 		}
@@ -140,35 +142,53 @@ func TestAnIdleClientsNewLeaseStartsWithAFullTTL(t *testing.T) {
 		ctx := emulator.Context(t)
 		db := newDatabase(t)
 		ttl := 2 * time.Second
-		a := newClient(t, db, lease.WithTTL(ttl))
-		fatalIf(t, mustAcquire(t, ctx, a, "first").Release(ctx), "Release")
-
-		time.Sleep(ttl * 6 / 10) // the session idles: nothing renews it
-		l := mustAcquire(t, ctx, a, "second")
-		if left := time.Until(l.Deadline()); left < ttl/2 {
-			t.Fatalf("a new lease has %s until its local deadline, want more than TTL/2 = %s", left, ttl/2)
+		// Idle for 0.6 TTL the session has 0.3 TTL left, and the
+		// acquisition renews it; idle for 0.8 TTL it has 0.1 TTL left, and
+		// the acquisition starts a new one rather than risk committing after
+		// the old one's deadline.
+		for _, idle := range []time.Duration{ttl * 6 / 10, ttl * 8 / 10} {
+			a := newClient(t, db, lease.WithTTL(ttl))
+			began := time.Now() // before the session's creation began
+			first := mustAcquire(t, ctx, a, "first")
+			fatalIf(t, first.Release(ctx), "Release")
+			time.Sleep(time.Until(began.Add(idle))) // nothing renews it
+			l := mustAcquire(t, ctx, a, "second")
+			if left := time.Until(l.Deadline()); left < ttl/2 {
+				t.Fatalf("after idling %s, a new lease has %s until its local deadline, want more than TTL/2 = %s", idle, left, ttl/2)
+			}
+			fatalIf(t, l.Release(ctx), "Release")
+			fatalIf(t, a.Close(), "Close")
 		}
 	})
 }
 
-// A session row deleted behind the Client's back (by hand, or by a row
-// deletion policy): an acquisition must not hand out a lease that Spanner
-// does not consider held.
+// A session row deleted behind the Client's back (by hand): no transaction
+// reads the row, so the Client learns of it from its next renewal, which
+// fails to find the row; every lease of the session is lost then, including
+// one acquired since, and the next acquisition starts a new session that
+// Spanner considers live.
 func TestAcquisitionAfterTheSessionRowWasDeleted(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := emulator.Context(t)
 		db := newDatabase(t)
-		a := newClient(t, db)
+		a := newClient(t, db, lease.WithTTL(2*time.Second))
 		reader := newClient(t, db)
-		mustAcquire(t, ctx, a, "first")
+		first := mustAcquire(t, ctx, a, "first")
 
 		sc := emulator.Client(t, db)
 		_, err := sc.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-			_, err := tx.Update(ctx, spanner.Statement{SQL: "DELETE FROM locks_sessions WHERE TRUE"})
+			_, err := tx.Update(ctx, spanner.Statement{SQL: inDialect(t, "DELETE FROM locks_sessions WHERE TRUE", "DELETE FROM locks_sessions")})
 			return err
 		})
 		fatalIf(t, err, "delete the session row")
 
+		since := mustAcquire(t, ctx, a, "since")
+		for _, l := range []*lease.Lease{first, since} {
+			waitDone(t, l.Context(), "a lease of the deleted session")
+			if !errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost) {
+				t.Fatalf("lease %q ended with %v, want ErrLeaseLost", l.Name(), context.Cause(l.Context()))
+			}
+		}
 		for _, try := range []func(context.Context, string, ...lease.AcquireOption) (*lease.Lease, error){a.TryAcquire, a.Acquire} {
 			name := "new" + time.Now().Format("150405.000000")
 			l, err := try(ctx, name)

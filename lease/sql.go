@@ -126,44 +126,58 @@ func (s statement) bind(params map[string]any) spanner.Statement {
 	return spanner.Statement{SQL: s.sql, Params: numbered}
 }
 
-// statements are the SQL a Client runs against its tables, built once.
+// statements are the SQL a Client runs against its tables, built once. Those
+// used inside read-write transactions never mention the sessions table: a
+// session row is read only outside them, by lock-free strong reads, so no
+// transaction ever holds a lock that a renewal (which writes the row) would
+// have to wait for. See transactions.go.
 type statements struct {
 	dialect
 	table, permits, sessions string
 
-	// selectRow is the one read of a lock row, with its holder's session and
-	// ours: Holder, Acquire and every waiter use it, so they cannot disagree
-	// about who holds a lease. It returns one row even when the lock row does
-	// not exist.
+	// selectRow is the one read of a lock row outside transactions, with its
+	// holder's session: Holder, Observe and every waiter use it, so they
+	// cannot disagree about who holds a lease. It returns one row even when
+	// the lock row does not exist.
 	selectRow statement
 	// selectLive and selectLivePermits list every live lock and permit, with
 	// the columns of selectRow and selectPermit.
 	selectLive, selectLivePermits statement
 	// selectPermit is the one read of a permit row (a semaphore permit or a
-	// worker ID), with the columns of selectRow where they mean the same.
+	// worker ID) outside transactions, with the columns of selectRow where
+	// they mean the same.
 	selectPermit statement
 	// selectSemaphores lists the declared semaphores and their limits.
 	selectSemaphores statement
-	// selectSemaphore reads a semaphore or worker pool in one query: a row
-	// per permit, each with the parent row's columns, or one row without a
-	// permit when there is none.
+	// selectSemaphore reads a semaphore or worker pool outside transactions
+	// in one query: a row per permit, each with the parent row's columns and
+	// its holder's session, or one row without a permit when there is none.
 	selectSemaphore statement
+	// selectJobs lists the RunOnce slots, with the live runner's session.
+	selectJobs statement
+
+	// lockInTx reads a lock row inside a transaction, without its holder's
+	// session; no row when it does not exist.
+	lockInTx statement
+	// poolInTx reads a semaphore's or worker pool's parent row and permits
+	// inside a transaction, without their holders' sessions: one row per
+	// permit, or one without a permit, or none when the parent is missing.
+	poolInTx statement
+	// sessionViews reads, outside transactions, what Spanner says of the
+	// given sessions now: whether each is live, and its worker-ID mark.
+	sessionViews statement
 	// insert creates a name's first row unless it exists; the schema's
-	// default decides its token (1, or the clock under cleanup). When the
-	// acquirer joins an existing session, the row names it only if Spanner
-	// has it live, so the insert is also the session check.
+	// default decides its token (1, or the clock under cleanup).
 	insert       statement
 	insertParent statement
-	// sync reads, for one session, whether it is live and the rows among
-	// the given locks and pools that still name it, with their tokens: the
-	// compare-and-set of a renewal, a release, a RunOnce completion and
-	// Close. One row per session, lock and permit, told apart by part. The
-	// rows are looked up from the arrays of names (a join driven by them),
-	// not filtered by them: with thousands of leases the emulator took
-	// seconds to filter a whole table, and the renewal timed out.
-	sync statement
-	// sessionLive reads whether a session is live, for Guard.
-	sessionLive statement
+	// owned reads which of the given locks and pools' permits still name a
+	// session, with their tokens: the compare-and-set of a renewal, a
+	// release, a RunOnce completion, a restamp and Close. One row per lock
+	// and permit, told apart by part. The rows are looked up from the arrays
+	// of names (a join driven by them), not filtered by them: with thousands
+	// of leases the emulator took seconds to filter a whole table, and the
+	// renewal timed out.
+	owned statement
 }
 
 func newStatements(d locktable.Dialect, table string) statements {
@@ -171,24 +185,25 @@ func newStatements(d locktable.Dialect, table string) statements {
 	t := d.QuoteTable(table)
 	p := d.QuotePermitsTable(table)
 	s := d.QuoteSessionsTable(table)
-	self := fmt.Sprintf(`(SELECT %s FROM %s AS me WHERE me.session_id = @self) AS self_live`, q.sessionLive("me"), s)
-	// Columns shared by lock and permit rows, in the order row.fields reads them.
+	// Columns shared by lock and permit rows read with their holder's
+	// session, in the order row.commonFields reads them.
 	columns := func(r string) string {
 		return fmt.Sprintf(`%[1]s.name, %[1]s.token, %[1]s.holder_id, %[1]s.session_id, %[1]s.acquired_at,
-			sess.renewed_at, %[2]s AS expires_at, %[3]s AS live, %[1]s.payload, %[4]s AS now`,
+			sess.renewed_at, %[2]s AS expires_at, %[3]s AS live, %[1]s.payload, %[4]s AS now, %[1]s.grant_id`,
 			r, q.sessionExpires("sess"), q.leaseLive(r, "sess"), q.now())
 	}
+	lockColumns := "t.kind, t.completed_at IS NOT NULL AS completed, t.attempts"
 	return statements{
 		dialect:  q,
 		table:    table,
 		permits:  locktable.PermitsTable(table),
 		sessions: locktable.SessionsTable(table),
-		selectRow: q.statement(fmt.Sprintf(`SELECT %s, t.kind, t.completed_at IS NOT NULL AS completed, %s
+		selectRow: q.statement(fmt.Sprintf(`SELECT %s, %s
 			FROM (SELECT 1) AS one LEFT JOIN %s AS t ON t.name = @name
-			LEFT JOIN %s AS sess ON sess.session_id = t.session_id`, columns("t"), self, t, s)),
-		selectLive: q.statement(fmt.Sprintf(`SELECT %s, t.kind, t.completed_at IS NOT NULL AS completed, %s AS self_live
+			LEFT JOIN %s AS sess ON sess.session_id = t.session_id`, columns("t"), lockColumns, t, s)),
+		selectLive: q.statement(fmt.Sprintf(`SELECT %s, %s
 			FROM %s AS t JOIN %s AS sess ON sess.session_id = t.session_id
-			WHERE %s ORDER BY t.name`, columns("t"), q.null("BOOL"), t, s, q.sessionLive("sess"))),
+			WHERE %s ORDER BY t.name`, columns("t"), lockColumns, t, s, q.sessionLive("sess"))),
 		selectLivePermits: q.statement(fmt.Sprintf(`SELECT %s, p.slot, p.high_water, sess.high_water AS session_high_water, parent.kind
 			FROM %s AS p JOIN %s AS parent ON parent.name = p.name JOIN %s AS sess ON sess.session_id = p.session_id
 			WHERE %s ORDER BY p.name, p.slot`, columns("p"), p, t, s, q.sessionLive("sess"))),
@@ -200,29 +215,35 @@ func newStatements(d locktable.Dialect, table string) statements {
 			WHERE parent.kind = '%s' AND parent.permits IS NOT NULL ORDER BY parent.name`, t, kindSemaphore)),
 		selectSemaphore: q.statement(fmt.Sprintf(`SELECT parent.name IS NOT NULL AS found, parent.kind, parent.permits, parent.token,
 			p.slot, p.token, p.holder_id, p.session_id, p.acquired_at, sess.renewed_at, %s AS expires_at, %s AS live,
-			p.payload, p.high_water, sess.high_water AS session_high_water, %s AS now, %s
+			p.payload, p.high_water, sess.high_water AS session_high_water, %s AS now, p.grant_id
 			FROM (SELECT 1) AS one LEFT JOIN %s AS parent ON parent.name = @name
 			LEFT JOIN %s AS p ON p.name = parent.name
 			LEFT JOIN %s AS sess ON sess.session_id = p.session_id
 			ORDER BY p.slot`,
-			q.sessionExpires("sess"), q.leaseLive("p", "sess"), q.now(), self, t, p, s)),
-		insert: q.statement(q.insert(t, "name, holder_id, session_id, ttl_ms, acquired_at, renewed_at, payload",
-			fmt.Sprintf(`@name, @holder,
-			        CASE WHEN @creating THEN @session ELSE (SELECT me.session_id FROM %s AS me WHERE me.session_id = @session AND %s) END,
-			        @ttl, %[3]s, %[3]s, @payload`, s, q.sessionLive("me"), q.pendingCommitTimestamp()),
-			"name", "token, session_id")),
+			q.sessionExpires("sess"), q.leaseLive("p", "sess"), q.now(), t, p, s)),
+		selectJobs: q.statement(fmt.Sprintf(`SELECT %s, %s, t.completed_at
+			FROM %s AS t LEFT JOIN %s AS sess ON sess.session_id = t.session_id
+			WHERE t.kind IS NULL AND (t.attempts IS NOT NULL OR t.completed_at IS NOT NULL)
+			ORDER BY t.name`, columns("t"), lockColumns, t, s)),
+		lockInTx: q.statement(fmt.Sprintf(`SELECT t.name, t.token, t.holder_id, t.session_id, t.acquired_at, t.payload, t.grant_id, %s
+			FROM %s AS t WHERE t.name = @name`, lockColumns, t)),
+		poolInTx: q.statement(fmt.Sprintf(`SELECT parent.kind, parent.permits, parent.token,
+			p.slot, p.token, p.holder_id, p.session_id, p.acquired_at, p.payload, p.high_water, p.grant_id
+			FROM %s AS parent LEFT JOIN %s AS p ON p.name = parent.name
+			WHERE parent.name = @name ORDER BY p.slot`, t, p)),
+		sessionViews: q.statement(fmt.Sprintf(`SELECT sess.session_id, %s AS live, sess.renewed_at, %s AS expires_at, sess.high_water, %s AS now
+			FROM UNNEST(@ids) AS k JOIN %s AS sess ON sess.session_id = k`,
+			q.sessionLive("sess"), q.sessionExpires("sess"), q.now(), s)),
+		insert: q.statement(q.insert(t, "name, holder_id, session_id, ttl_ms, acquired_at, renewed_at, payload, attempts, grant_id",
+			fmt.Sprintf("@name, @holder, @session, @ttl, %[1]s, %[1]s, @payload, @attempts, @grant", q.pendingCommitTimestamp()),
+			"name", "token")),
 		insertParent: q.statement(q.insert(t, "name, kind, permits", "@name, @kind, @permits", "", "token")),
-		sync: q.statement(fmt.Sprintf(`SELECT 'session' AS part, %[1]s AS name, %[2]s AS slot, %[2]s AS token, %[3]s AS flag
-			FROM %[4]s AS sess WHERE sess.session_id = @session
+		owned: q.statement(fmt.Sprintf(`SELECT 'lock' AS part, t.name, %[1]s AS slot, t.token, t.grant_id, COALESCE(t.renewed_at < %[2]s, TRUE) AS stale
+			FROM UNNEST(@locks) AS k JOIN %[3]s AS t ON t.name = k WHERE t.session_id = @session
 			UNION ALL
-			SELECT 'lock', t.name, %[2]s, t.token, COALESCE(t.renewed_at < %[5]s, TRUE)
-			FROM UNNEST(@locks) AS k JOIN %[6]s AS t ON t.name = k WHERE t.session_id = @session
-			UNION ALL
-			SELECT 'permit', p.name, p.slot, p.token, %[7]s
-			FROM UNNEST(@pools) AS k JOIN %[8]s AS p ON p.name = k WHERE p.session_id = @session`,
-			q.null("STRING"), q.null("INT64"), q.sessionLive("sess"), s,
-			q.restampBefore(), t, q.null("BOOL"), p)),
-		sessionLive: q.statement(fmt.Sprintf(`SELECT %s FROM %s AS sess WHERE sess.session_id = @session`, q.sessionLive("sess"), s)),
+			SELECT 'permit', p.name, p.slot, p.token, p.grant_id, FALSE
+			FROM UNNEST(@pools) AS k JOIN %[4]s AS p ON p.name = k WHERE p.session_id = @session`,
+			q.null("INT64"), q.restampBefore(), t, p)),
 	}
 }
 

@@ -13,15 +13,17 @@ import (
 // worker pool. Only the rows differ; sessions, unknown outcomes, waiting,
 // registration and release are shared (acquire.go, release.go).
 type target interface {
-	// take runs inside the acquiring transaction: it reads what it needs,
-	// checks the session through a.useSession, and buffers its writes. It
-	// returns a *busy error when the target is taken.
-	take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, error)
+	// take runs inside the acquiring transaction: it reads what it needs
+	// and returns the writes that take the target, or a *busy error when
+	// the target is taken. It never reads a session row in the
+	// transaction: attempt.holdersLive reads them outside.
+	take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, []*spanner.Mutation, error)
 	// read reads the row a grant wrote, to learn an unknown outcome.
-	read(ctx context.Context, q querier, c *Client, g grant) (row, error)
-	// poll reads whether an acquisition could succeed now (self is the
-	// reader's session), or how long until the first expiry that may free it.
-	poll(ctx context.Context, q querier, c *Client, self string) (free bool, expiresIn time.Duration, err error)
+	read(ctx context.Context, c *Client, g grant) (row, error)
+	// poll reads, outside any transaction, whether an acquisition could
+	// succeed now, or who blocks it (an error matching ErrNotAcquired) and
+	// how long until the first expiry that may free it.
+	poll(ctx context.Context, c *Client) (blocked error, expiresIn time.Duration, err error)
 	// name is the lock, semaphore or pool name.
 	name() string
 	// lock reports whether this is a lock, which a Client holds at most once.
@@ -34,13 +36,15 @@ type target interface {
 type grant struct {
 	slot  int64 // lockSlot for a lock
 	token int64
+	// id is the grant ID written in the row (leaseKey.grant).
+	id string
 	// acquiredAt is the commit timestamp.
 	acquiredAt time.Time
 	// notBefore is, for a worker ID, when its previous holder stopped using it.
 	notBefore time.Time
 }
 
-// busy rolls back an acquiring transaction that found its target taken. It
+// busy ends an acquiring transaction that found its target taken. It
 // matches ErrNotAcquired.
 type busy struct {
 	err error
@@ -53,8 +57,8 @@ type busy struct {
 func (b *busy) Error() string { return b.err.Error() }
 func (b *busy) Unwrap() error { return b.err }
 
-// errCompleted rolls back an acquisition of a RunOnce slot that succeeded,
-// and errReaped commits one that only unlinked expired permits (there were
+// errCompleted ends an acquisition of a RunOnce slot that succeeded, and
+// errReaped commits one that only unlinked expired permits (there were
 // more than one commit may take), so the next attempt can grant.
 var (
 	errCompleted = errors.New("completed")
@@ -65,89 +69,79 @@ var (
 type lockTarget struct {
 	lockName       string
 	untilCompleted bool
+	// maxFailures, for a RunOnce slot, refuses to run it again once that
+	// many runs failed; 0 for no bound.
+	maxFailures int64
 }
 
 func (t lockTarget) name() string { return t.lockName }
 func (t lockTarget) lock() bool   { return true }
 func (t lockTarget) kind() string { return kindLock }
 
-func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, error) {
+func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, []*spanner.Mutation, error) {
 	c, name := a.c, t.lockName
+	// A RunOnce slot counts its runs.
+	var attempts spanner.NullInt64
+	if t.untilCompleted {
+		attempts = spanner.NullInt64{Int64: 1, Valid: true}
+	}
 	if !c.knows(name) {
 		// A name this Client has not seen is usually new: inserting it first
 		// is then the whole acquisition (one statement; the schema's default
-		// picks the token, and a joiner's session is checked in it). An
-		// existing row is left alone and read below.
-		token, inserted, err := a.insertFirstRow(ctx, tx, name)
+		// picks the token). An existing row is left alone and read below.
+		token, inserted, err := c.st.insertFirstRow(ctx, tx, name, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts)
 		if err != nil || inserted {
-			return grant{slot: lockSlot, token: token}, err
+			return grant{slot: lockSlot, token: token, id: a.grant}, a.sessionWrites(), err
 		}
 	}
-	r, err := readRow(ctx, tx, c.sql, name, a.s.id)
+	r, err := readLockInTx(ctx, tx, c.st.sql, name)
 	switch {
 	case err != nil:
-		return grant{}, err
+		return grant{}, nil, err
 	case r.kind.Valid:
-		return grant{}, fmt.Errorf("lease: %q is %s, not a lock: choose another name", name, describeKind(r.kind))
+		return grant{}, nil, fmt.Errorf("%w: %q is %s, not a lock: choose another name", ErrWrongKind, name, describeKind(r.kind))
 	case t.untilCompleted && r.completed:
-		return grant{}, errCompleted
-	// A live row of this Client's session that the Client let us acquire is
-	// an orphan: a lease let go whose release has not reached Spanner yet,
-	// or an acquisition whose outcome was never learnt. Nothing uses it, so
-	// this acquisition supersedes it with a larger token.
-	case r.live && r.sessionID.StringVal != a.s.id:
-		return grant{}, &busy{err: &HeldError{Holder: r.holder()}, expiresIn: r.remaining()}
+		return grant{}, nil, errCompleted
 	}
-	if err := a.useSession(tx, r.self); err != nil {
-		return grant{}, err
+	if err := a.holdersLive(ctx, []*row{&r}, false); err != nil {
+		return grant{}, nil, err
 	}
-	if !r.found {
+	switch {
+	case r.live:
+		return grant{}, nil, &busy{err: &HeldError{Holder: r.holder()}, expiresIn: r.remaining()}
+	case t.untilCompleted && t.maxFailures > 0 && r.attempts.Int64 >= t.maxFailures:
+		// Not live and not completed: every earlier run failed or crashed.
+		return grant{}, nil, fmt.Errorf("%w: %q failed %d times", ErrTooManyFailures, name, r.attempts.Int64)
+	case !r.found:
 		// Deleted by cleanup since this Client saw it: a first row again.
-		token, inserted, err := a.insertFirstRow(ctx, tx, name)
+		token, inserted, err := c.st.insertFirstRow(ctx, tx, name, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts)
 		if err == nil && !inserted {
 			err = fmt.Errorf("lease: %q: a first row was neither found nor inserted", name)
 		}
-		return grant{slot: lockSlot, token: token}, err
+		return grant{slot: lockSlot, token: token, id: a.grant}, a.sessionWrites(), err
+	}
+	if t.untilCompleted {
+		attempts.Int64 = r.attempts.Int64 + 1
 	}
 	token := r.token.Int64 + 1
-	return grant{slot: lockSlot, token: token}, tx.BufferWrite([]*spanner.Mutation{spanner.Update(c.sql.table,
-		[]string{"name", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload"},
-		[]any{name, token, c.cfg.holderID, a.s.id, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, a.cfg.payload},
-	)})
+	writes := append(a.sessionWrites(), c.st.lockGrant(name, token, a.grant, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, attempts))
+	return grant{slot: lockSlot, token: token, id: a.grant}, writes, nil
 }
 
-// insertFirstRow inserts the first row of name unless one exists, and
-// reports whether it did, with the token the schema gave it. A joiner's row
-// names its session only if Spanner has the session live; otherwise the
-// transaction is rolled back with errSessionGone.
-func (a *attempt) insertFirstRow(ctx context.Context, tx *spanner.ReadWriteTransaction, name string) (token int64, inserted bool, err error) {
-	c := a.c
-	var named spanner.NullString
-	err = tx.Query(ctx, c.sql.insert.bind(map[string]any{
-		"name": name, "holder": c.cfg.holderID, "session": a.s.id, "creating": a.role == create,
-		"ttl": c.cfg.ttl.Milliseconds(), "payload": a.cfg.payload,
-	})).Do(func(r *spanner.Row) error {
-		inserted = true
-		return r.Columns(&token, &named)
-	})
-	if err != nil || !inserted {
-		return token, inserted, err
+func (t lockTarget) read(ctx context.Context, c *Client, _ grant) (row, error) {
+	return readRow(ctx, c.st.db.Single(), c.st.sql, t.lockName)
+}
+
+func (t lockTarget) poll(ctx context.Context, c *Client) (error, time.Duration, error) {
+	r, err := readRow(ctx, c.st.db.Single(), c.st.sql, t.lockName)
+	if err != nil {
+		return nil, 0, err
 	}
-	self := spanner.NullBool{} // a creator's row does not exist yet
-	if a.role != create {
-		self = spanner.NullBool{Bool: named.Valid, Valid: true}
+	c.noteSessions(r)
+	if !r.live || c.keeper.owns(r.sessionID.StringVal) || (t.untilCompleted && r.completed) {
+		return nil, 0, nil
 	}
-	return token, true, a.useSession(tx, self)
-}
-
-func (t lockTarget) read(ctx context.Context, q querier, c *Client, _ grant) (row, error) {
-	return readRow(ctx, q, c.sql, t.lockName, "")
-}
-
-func (t lockTarget) poll(ctx context.Context, q querier, c *Client, self string) (bool, time.Duration, error) {
-	r, err := readRow(ctx, q, c.sql, t.lockName, "")
-	free := !r.live || r.sessionID.StringVal == self || (t.untilCompleted && r.completed)
-	return free, r.remaining(), err
+	return &HeldError{Holder: r.holder()}, r.remaining(), nil
 }
 
 // slotTarget is one permit of a semaphore, or one ID of a worker pool.
@@ -168,59 +162,65 @@ func (t slotTarget) kind() string {
 	return kindPermit
 }
 
-func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, error) {
+func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, a *attempt) (grant, []*spanner.Mutation, error) {
 	c := a.c
-	s, err := readSemaphore(ctx, tx, c.sql, t.pool, a.s.id)
+	s, err := readPoolInTx(ctx, tx, c.st.sql, t.pool)
 	if err != nil {
-		return grant{}, err
+		return grant{}, nil, err
 	}
 	if t.workers && !s.found {
 		// A pool is created by its first member; the schema's default seeds
 		// its tokens as it does a lock's.
-		err := tx.Query(ctx, c.sql.insertParent.bind(map[string]any{
-			"name": t.pool, "kind": kindWorkers, "permits": spanner.NullInt64{},
-		})).Do(func(r *spanner.Row) error { return r.Column(0, &s.next) })
-		if err != nil {
-			return grant{}, err
+		if s.next, err = c.st.createParent(ctx, tx, t.pool, kindWorkers, spanner.NullInt64{}); err != nil {
+			return grant{}, nil, err
 		}
 		s.found, s.kind = true, spanner.NullString{StringVal: kindWorkers, Valid: true}
 	}
-	p, err := t.plan(s, maxReap)
+	p, err := t.planWithSessions(ctx, a, &s)
 	if err != nil {
-		return grant{}, err
+		return grant{}, nil, err
 	}
-	writes := make([]*spanner.Mutation, 0, len(p.reap)+2)
-	// Unlinking an expired permit writes its row, so a stale holder's
-	// guarded write still in flight (Guard reads that row) conflicts with
-	// this transaction: Spanner orders it first or aborts it. Its high-water
-	// mark moves onto the row as the session link goes.
+	writes := make([]*spanner.Mutation, 0, len(p.reap)+3)
 	for _, r := range p.reap {
-		writes = append(writes, spanner.Update(c.sql.permits,
-			[]string{"name", "slot", "session_id", "high_water"}, []any{t.pool, r.slot, nil, nullTime(r.notBefore())}))
+		writes = append(writes, c.st.permitUnlink(t.pool, r))
 	}
 	if p.full {
 		if p.reapOnly {
-			if err := tx.BufferWrite(writes); err != nil {
-				return grant{}, err
-			}
-			return grant{}, errReaped
+			return grant{}, writes, errReaped
 		}
-		return grant{}, &busy{err: fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool), expiresIn: s.soonest().remaining()}
+		return grant{}, nil, &busy{err: fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool), expiresIn: s.soonest().remaining()}
 	}
-	if err := a.useSession(tx, s.self); err != nil {
-		return grant{}, err
-	}
-	g := grant{slot: p.slot, token: s.next.Int64, notBefore: s.slot(p.slot).notBefore()}
-	highWater := c.markFrom(a.sent)
+	g := grant{slot: p.slot, token: s.next.Int64, id: a.grant, notBefore: s.slot(p.slot).notBefore()}
+	highWater := c.cfg.markFrom(a.sent)
 	if g.notBefore.After(highWater) {
 		highWater = g.notBefore
 	}
-	writes = append(writes,
-		spanner.Update(c.sql.table, []string{"name", "token"}, []any{t.pool, g.token + 1}),
-		spanner.InsertOrUpdate(c.sql.permits,
-			[]string{"name", "slot", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload", "high_water"},
-			[]any{t.pool, g.slot, g.token, c.cfg.holderID, a.s.id, c.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, a.cfg.payload, highWater}))
-	return g, tx.BufferWrite(writes)
+	writes = append(writes, a.sessionWrites()...)
+	writes = append(writes, c.st.permitGrant(t.pool, g.slot, g.token, g.id, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, highWater)...)
+	return g, writes, nil
+}
+
+// planWithSessions plans a grant, learning whether the permits' holders are
+// live only when the plan depends on it: a semaphore with room even if
+// every permit whose session is unknown were live needs no read. A worker
+// pool always reads them: it takes the lowest free ID, and the new holder
+// waits past its previous holder's mark.
+func (t slotTarget) planWithSessions(ctx context.Context, a *attempt, s *semaphoreState) (slotPlan, error) {
+	rows := make([]*row, 0, len(s.slots))
+	for i := range s.slots {
+		rows = append(rows, &s.slots[i])
+	}
+	if !t.workers {
+		unknown := a.assumeLive(rows)
+		p, err := t.plan(*s, maxReap)
+		if err != nil || !p.full || !unknown {
+			return p, err
+		}
+	}
+	if err := a.holdersLive(ctx, rows, t.workers); err != nil {
+		return slotPlan{}, err
+	}
+	return t.plan(*s, maxReap)
 }
 
 // maxReap bounds the expired permits one grant unlinks, so that a grant's
@@ -249,7 +249,7 @@ func (t slotTarget) plan(s semaphoreState, reapLimit int) (slotPlan, error) {
 	var capacity int64
 	switch {
 	case t.workers && s.kind.StringVal != kindWorkers:
-		return slotPlan{}, fmt.Errorf("lease: %q is %s, not a worker-ID pool: choose another name", t.pool, describeKind(s.kind))
+		return slotPlan{}, fmt.Errorf("%w: %q is %s, not a worker-ID pool: choose another name", ErrWrongKind, t.pool, describeKind(s.kind))
 	case t.workers:
 		capacity = t.max
 	default:
@@ -295,26 +295,35 @@ func (t slotTarget) plan(s semaphoreState, reapLimit int) (slotPlan, error) {
 	return p, nil
 }
 
-func (t slotTarget) read(ctx context.Context, q querier, c *Client, g grant) (row, error) {
-	return readPermitRow(ctx, q, c.sql, t.pool, g.slot)
+func (t slotTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
+	return readPermitRow(ctx, c.st.db.Single(), c.st.sql, t.pool, g.slot)
 }
 
-func (t slotTarget) poll(ctx context.Context, q querier, c *Client, _ string) (bool, time.Duration, error) {
-	s, err := readSemaphore(ctx, q, c.sql, t.pool, "")
+func (t slotTarget) poll(ctx context.Context, c *Client) (error, time.Duration, error) {
+	s, err := readSemaphore(ctx, c.st.db.Single(), c.st.sql, t.pool)
 	if err != nil {
-		return false, 0, err
+		return nil, 0, err
+	}
+	for _, r := range s.slots {
+		c.noteSessions(r)
 	}
 	if t.workers && !s.found {
-		return true, 0, nil
+		return nil, 0, nil
 	}
 	p, err := t.plan(s, maxReap)
 	if err != nil {
-		return false, 0, err
+		return nil, 0, err
 	}
-	return !p.full || p.reapOnly, s.soonest().remaining(), nil
+	if !p.full || p.reapOnly {
+		return nil, 0, nil
+	}
+	return fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool), s.soonest().remaining(), nil
 }
 
-// nullTime is a TIMESTAMP parameter that is NULL for the zero time.
-func nullTime(t time.Time) spanner.NullTime {
-	return spanner.NullTime{Time: t, Valid: !t.IsZero()}
+// noteSessions remembers a session that a read outside transactions found
+// expired, so acquisitions need not read it again.
+func (c *Client) noteSessions(r row) {
+	if r.sessionID.Valid && !r.live {
+		c.keeper.dead.add(r.sessionID.StringVal)
+	}
 }

@@ -57,6 +57,9 @@ const (
 	// lossSessionGone: Spanner says the Client's session expired or was
 	// deleted.
 	lossSessionGone lossReason = "session_gone"
+	// lossClosed ends a session Close ended; its leases end with ErrClosed,
+	// which is not a loss.
+	lossClosed lossReason = "closed"
 )
 
 // telemetry is a Client's OpenTelemetry instruments and tracer.
@@ -121,11 +124,17 @@ func end(span trace.Span, outcome string, err error) {
 // its result, and for a blocking call how long it waited.
 func (t telemetry) acquired(ctx context.Context, kind string, try bool, began time.Time, err error) string {
 	result := resultAcquired
+	var gaveUp *WaitError
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, errCompleted), ctx.Err() != nil:
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, errCompleted):
+		result = resultNotAcquired
+	case errors.As(err, &gaveUp) && gaveUp.Last == nil:
+		// The caller gave up before Spanner answered: no outage was seen.
 		result = resultNotAcquired
 	default:
+		// Including a wait that ended during an outage: an outage is never
+		// counted as contention.
 		result = resultError
 	}
 	attrs := metric.WithAttributes(t.table, attrKind.String(kind), attrResult.String(result))

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -53,8 +54,17 @@ func (c *Client) AcquireWorkerID(ctx context.Context, pool string, size int) (*W
 		select {
 		case <-t.C:
 		case <-ctx.Done():
+			// The release keeps the previous holder's later mark: a mark
+			// never moves back (letGo.clear). It is bounded by the call
+			// timeout, so it returns soon after ctx ended.
 			_ = l.Release(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("lease: AcquireWorkerID %q: %w", pool, ctx.Err())
+		case <-l.Context().Done():
+			// Close, or a loss, ended the ID before it could be used.
+			if errors.Is(context.Cause(l.Context()), ErrClosed) {
+				return nil, ErrClosed
+			}
+			return nil, fmt.Errorf("lease: AcquireWorkerID %q: %w", pool, context.Cause(l.Context()))
 		}
 	}
 	return &WorkerID{l: l}, nil

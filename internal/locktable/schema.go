@@ -263,6 +263,23 @@ var versions = [][]change{
 			}
 		}),
 	},
+	4: {
+		addColumns(
+			// attempts counts the runs of a RunOnce slot: every acquisition
+			// of the slot adds one, so the runs that failed or crashed are
+			// attempts minus the one running and the one that succeeded.
+			// NULL on every other row.
+			Column{Name: "attempts", Type: int64Type},
+			// grant_id names the acquisition that wrote the row, unique to
+			// it: a Client that never learnt whether an acquisition
+			// committed clears the row only if it names that acquisition,
+			// not a later one that got the same token.
+			Column{Name: "grant_id", Type: stringOf(32)},
+		),
+		addColumnsTo(permitsSuffix,
+			Column{Name: "grant_id", Type: stringOf(32)},
+		),
+	},
 }
 
 // The suffixes of the companion tables of a lock table.
@@ -280,6 +297,17 @@ func SessionsTable(table string) string { return table + sessionsSuffix }
 func addColumns(cols ...Column) change {
 	return func(s *Schema, _ string) {
 		s.Tables[0].Columns = append(s.Tables[0].Columns, cols...)
+	}
+}
+
+// addColumnsTo adds columns to the companion table with the given suffix.
+func addColumnsTo(suffix string, cols ...Column) change {
+	return func(s *Schema, table string) {
+		for i := range s.Tables {
+			if s.Tables[i].Name == table+suffix {
+				s.Tables[i].Columns = append(s.Tables[i].Columns, cols...)
+			}
+		}
 	}
 }
 

@@ -10,6 +10,8 @@ CREATE TABLE `locks` (
   `kind` STRING(16),
   `permits` INT64,
   `completed_at` TIMESTAMP OPTIONS (allow_commit_timestamp = true),
+  `attempts` INT64,
+  `grant_id` STRING(32),
 ) PRIMARY KEY (`name`);
 CREATE TABLE `locks_sessions` (
   `session_id` STRING(64) NOT NULL,
@@ -30,5 +32,6 @@ CREATE TABLE `locks_permits` (
   `renewed_at` TIMESTAMP OPTIONS (allow_commit_timestamp = true),
   `payload` BYTES(MAX),
   `high_water` TIMESTAMP,
+  `grant_id` STRING(32),
 ) PRIMARY KEY (`name`, `slot`),
   INTERLEAVE IN PARENT `locks` ON DELETE CASCADE;

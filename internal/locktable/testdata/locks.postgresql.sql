@@ -10,6 +10,8 @@ CREATE TABLE "locks" (
   "kind" character varying(16),
   "permits" bigint,
   "completed_at" spanner.commit_timestamp,
+  "attempts" bigint,
+  "grant_id" character varying(32),
   PRIMARY KEY ("name")
 );
 CREATE TABLE "locks_sessions" (
@@ -31,5 +33,6 @@ CREATE TABLE "locks_permits" (
   "renewed_at" spanner.commit_timestamp,
   "payload" bytea,
   "high_water" timestamp with time zone,
+  "grant_id" character varying(32),
   PRIMARY KEY ("name", "slot")
 ) INTERLEAVE IN PARENT "locks" ON DELETE CASCADE;

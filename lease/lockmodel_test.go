@@ -1,0 +1,580 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// lockModel adds to the emulator what it does not do: Spanner's locking.
+// The emulator runs one read-write transaction at a time and never makes a
+// transaction wait for another's lock; Spanner holds a shared lock on every
+// row a read-write transaction reads until that transaction ends (commit,
+// rollback, or its deadline when its end is lost), and a younger
+// transaction that writes such a row waits for it, while an older one
+// wounds (aborts) the reader. The model sees every RPC of the spanner
+// Clients that share it (through faults), records each transaction's read
+// set and write set (table and key), and holds a Commit back while an
+// older transaction holds a shared lock on a row it writes, up to the
+// Commit's deadline. It records every such wait.
+//
+// Read sets are taken from requests: a Read names its keys; a query's are
+// the tables it mentions, each at the keys its string parameters name (a
+// lock or pool name), or the whole table when it has none; the sessions
+// table is always locked whole, since which session rows a join reads
+// depends on the data. That over-approximates Spanner, which locks only the
+// rows a query reads: any wait the model reports could happen on Spanner
+// for some data, and no wait Spanner could impose is missed.
+type lockModel struct {
+	mu    sync.Mutex
+	txns  map[string]*modelTxn // by transaction ID
+	last  map[string]*modelTxn // by Spanner session: its latest transaction
+	waits []modelWait
+	// commits counts the transactions that committed, by tag.
+	commits map[string]int
+}
+
+func newLockModel() *lockModel {
+	return &lockModel{txns: map[string]*modelTxn{}, last: map[string]*modelTxn{}, commits: map[string]int{}}
+}
+
+// renewalsCommitted returns how many renewal transactions committed.
+func (m *lockModel) renewalsCommitted() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.commits["spannerlock-renew"]
+}
+
+// modelTxn is one read-write transaction as the model sees it.
+type modelTxn struct {
+	id      string
+	session string
+	tag     string
+	// began orders transactions for wound-wait; a retry keeps its
+	// predecessor's.
+	began    time.Time
+	reads    []modelRow
+	writes   []modelRow
+	deadline time.Time
+	ended    bool
+	aborted  bool
+	done     chan struct{}
+	// stuck is set when a fault cut the transaction off from Spanner: its
+	// later RPCs are not sent and its locks last until its deadline.
+	stuck bool
+}
+
+// modelRow is a row, or a set of rows, of one table: key "" is the whole
+// table; a permit key "name/" covers every slot of a pool.
+type modelRow struct{ table, key string }
+
+func (r modelRow) String() string {
+	if r.key == "" {
+		return r.table + "(all rows)"
+	}
+	return r.table + "(" + r.key + ")"
+}
+
+// covers reports whether a lock on r covers a write of w.
+func (r modelRow) covers(w modelRow) bool {
+	if r.table != w.table {
+		return false
+	}
+	return r.key == "" || w.key == "" || r.key == w.key ||
+		strings.HasSuffix(r.key, "/") && strings.HasPrefix(w.key, r.key) ||
+		strings.HasSuffix(w.key, "/") && strings.HasPrefix(r.key, w.key)
+}
+
+// modelWait is one wait a write made for a reader's lock.
+type modelWait struct {
+	waiter, holder string // transaction tags
+	row            modelRow
+	waited         time.Duration
+	// timedOut says the writer's deadline came first.
+	timedOut bool
+}
+
+func (w modelWait) String() string {
+	out := fmt.Sprintf("%s waited %s for %s's shared lock on %s", w.waiter, w.waited.Round(time.Millisecond), w.holder, w.row)
+	if w.timedOut {
+		out += " until its deadline"
+	}
+	return out
+}
+
+// waitsBy returns the waits of transactions tagged tag.
+func (m *lockModel) waitsBy(tag string) []modelWait {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []modelWait
+	for _, w := range m.waits {
+		if w.waiter == tag {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// tagOf resolves the transaction tag of an RPC that carries none: a
+// Rollback names its transaction; a BeginTransaction (a retry after an
+// abort) runs on the session of the transaction it retries.
+func (m *lockModel) tagOf(req any) string {
+	if m == nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch r := req.(type) {
+	case *spannerpb.RollbackRequest:
+		if t := m.txns[string(r.GetTransactionId())]; t != nil {
+			return t.tag
+		}
+	case *spannerpb.BeginTransactionRequest:
+		// A retry begins on the session of the attempt Spanner aborted; any
+		// other BeginTransaction is of a transaction not yet known.
+		if t := m.last[r.GetSession()]; t != nil && t.aborted {
+			return t.tag
+		}
+	}
+	return ""
+}
+
+// selectorOf returns a request's transaction selector and session.
+func selectorOf(req any) (*spannerpb.TransactionSelector, string) {
+	switch r := req.(type) {
+	case *spannerpb.ExecuteSqlRequest:
+		return r.GetTransaction(), r.GetSession()
+	case *spannerpb.ReadRequest:
+		return r.GetTransaction(), r.GetSession()
+	case *spannerpb.ExecuteBatchDmlRequest:
+		return r.GetTransaction(), r.GetSession()
+	}
+	return nil, ""
+}
+
+// pending is what the model knows of an RPC before it is sent: the
+// transaction it belongs to, if read-write, and whether it must not reach
+// Spanner (its transaction was wounded or is stuck).
+type pending struct {
+	txn *modelTxn
+	// begins is set for a statement that begins its transaction inline:
+	// the response names it.
+	begins bool
+	refuse error
+}
+
+// before records a request about to be sent. For a Commit it waits while
+// an older transaction holds a lock on a row the Commit writes, and wounds
+// younger ones; it returns an error when the RPC must fail unsent.
+func (m *lockModel) before(ctx context.Context, req any, tag string) pending {
+	if m == nil {
+		return pending{}
+	}
+	deadline, _ := ctx.Deadline()
+	switch r := req.(type) {
+	case *spannerpb.ExecuteSqlRequest, *spannerpb.ReadRequest, *spannerpb.ExecuteBatchDmlRequest:
+		sel, session := selectorOf(req)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		var t *modelTxn
+		begins := false
+		switch {
+		case sel.GetBegin().GetReadWrite() != nil:
+			t = m.newTxn(session, tag, deadline)
+			begins = true
+		case sel.GetId() != nil:
+			t = m.txns[string(sel.GetId())]
+		}
+		if t == nil {
+			return pending{} // a read-only or single-use read takes no lock
+		}
+		if err := t.refusal(); err != nil {
+			return pending{txn: t, refuse: err}
+		}
+		t.extend(deadline)
+		if tag != "" {
+			t.tag = tag // a transaction begun explicitly learns its tag here
+		}
+		reads, writes := rowsOf(req)
+		t.reads = append(t.reads, reads...)
+		t.writes = append(t.writes, writes...)
+		return pending{txn: t, begins: begins}
+	case *spannerpb.BeginTransactionRequest:
+		if r.GetOptions().GetReadWrite() == nil {
+			return pending{}
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return pending{txn: m.newTxn(r.GetSession(), tag, deadline), begins: true}
+	case *spannerpb.RollbackRequest:
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		t := m.txns[string(r.GetTransactionId())]
+		if t == nil {
+			return pending{}
+		}
+		if err := t.refusal(); err != nil {
+			return pending{txn: t, refuse: err}
+		}
+		return pending{txn: t}
+	case *spannerpb.CommitRequest:
+		m.mu.Lock()
+		var t *modelTxn
+		if id := r.GetTransactionId(); id != nil {
+			t = m.txns[string(id)]
+		} else {
+			// A single-use transaction (Apply at least once): writes only.
+			t = m.newTxn(r.GetSession(), tag, deadline)
+			t.id = fmt.Sprintf("single-use-%p", t)
+			m.txns[t.id] = t
+		}
+		if t == nil {
+			m.mu.Unlock()
+			return pending{}
+		}
+		if err := t.refusal(); err != nil {
+			m.mu.Unlock()
+			return pending{txn: t, refuse: err}
+		}
+		t.extend(deadline)
+		if tag != "" {
+			t.tag = tag
+		}
+		t.writes = append(t.writes, mutationRows(r.GetMutations())...)
+		m.mu.Unlock()
+		if err := m.waitToCommit(ctx, t); err != nil {
+			return pending{txn: t, refuse: err}
+		}
+		return pending{txn: t}
+	}
+	return pending{}
+}
+
+func (m *lockModel) newTxn(session, tag string, deadline time.Time) *modelTxn {
+	t := &modelTxn{session: session, tag: tag, began: time.Now(), deadline: deadline, done: make(chan struct{})}
+	if prev := m.last[session]; prev != nil && prev.aborted && prev.tag == tag {
+		t.began = prev.began // Spanner keeps a retried transaction's priority
+	}
+	m.last[session] = t
+	return t
+}
+
+// refusal is why an RPC of t must not reach Spanner; m.mu is held.
+func (t *modelTxn) refusal() error {
+	switch {
+	case t.stuck:
+		return errNotSent
+	case t.aborted:
+		return status.Error(codes.Aborted, "model: transaction wounded by an older writer")
+	}
+	return nil
+}
+
+func (t *modelTxn) extend(deadline time.Time) {
+	if deadline.After(t.deadline) {
+		t.deadline = deadline
+	}
+}
+
+// after records what a response said: the ID of a transaction begun
+// inline or explicitly, or the end of a transaction. ok says Spanner
+// answered without error.
+func (m *lockModel) after(p pending, method string, ok bool, id []byte) {
+	if m == nil || p.txn == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := p.txn
+	if p.begins {
+		if id == nil {
+			t.endLocked(false) // it never began
+			return
+		}
+		t.id = string(id)
+		m.txns[t.id] = t
+	}
+	switch {
+	case strings.HasSuffix(method, "/Commit"):
+		if ok {
+			m.commits[t.tag]++
+		}
+		t.endLocked(false)
+	case strings.HasSuffix(method, "/Rollback"):
+		t.endLocked(false)
+	case !ok:
+		// A statement that failed leaves the transaction open, as Spanner
+		// does, unless it aborted it.
+	}
+}
+
+// answered records Spanner's answer to an RPC that was sent: an abort
+// (the emulator's one-at-a-time rule, or a conflict) ends its transaction.
+func (m *lockModel) answered(p pending, method string, err error, id []byte) {
+	if m == nil || p.txn == nil {
+		return
+	}
+	if status.Code(err) == codes.Aborted {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if p.begins && id != nil {
+			p.txn.id = string(id)
+			m.txns[p.txn.id] = p.txn
+		}
+		p.txn.endLocked(true)
+		return
+	}
+	m.after(p, method, err == nil, id)
+}
+
+// stick cuts t off from Spanner after the current RPC: its later RPCs are
+// not sent, and its locks last until its deadline, as a transaction's do on
+// Spanner when its end is lost. The emulator, which runs one transaction at
+// a time and would refuse every other meanwhile, has it rolled back through
+// cc at once: only the model keeps its locks.
+func (m *lockModel) stick(p pending, cc grpc.ClientConnInterface) {
+	if m == nil || p.txn == nil {
+		return
+	}
+	m.mu.Lock()
+	t := p.txn
+	t.stuck = true
+	d := time.Until(t.deadline)
+	id, session := t.id, t.session
+	m.mu.Unlock()
+	if id != "" && cc != nil {
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), unfaulted{}, true), 5*time.Second)
+		_, _ = spannerpb.NewSpannerClient(cc).Rollback(ctx, &spannerpb.RollbackRequest{Session: session, TransactionId: []byte(id)})
+		cancel()
+	}
+	time.AfterFunc(max(d, 0), func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		t.endLocked(true)
+	})
+}
+
+// unfaulted marks a context whose RPCs the faults interceptor passes
+// through untouched: the model's own rollbacks on the emulator.
+type unfaulted struct{}
+
+// endLocked ends t and frees its locks; m.mu is held.
+func (t *modelTxn) endLocked(aborted bool) {
+	if t.ended {
+		return
+	}
+	t.ended, t.aborted = true, aborted
+	close(t.done)
+}
+
+// waitToCommit holds t's Commit while an older live transaction holds a
+// shared lock on a row t writes, wounding younger ones, up to ctx's
+// deadline.
+func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
+	for {
+		m.mu.Lock()
+		if err := t.refusal(); err != nil {
+			m.mu.Unlock()
+			return err
+		}
+		var holder *modelTxn
+		var on modelRow
+		for _, o := range m.txns {
+			if o == t || o.ended {
+				continue
+			}
+			if !o.deadline.IsZero() && time.Now().After(o.deadline) {
+				// Its client gave up on it: whatever its end, Spanner has
+				// ended it (or aborts it as idle), as the model assumes.
+				o.endLocked(true)
+				continue
+			}
+			if r, ok := o.locks(t.writes); ok {
+				if o.began.Before(t.began) {
+					holder, on = o, r
+					break
+				}
+				o.endLocked(true) // wounded: the older writer goes first
+			}
+		}
+		m.mu.Unlock()
+		if holder == nil {
+			return nil
+		}
+		began := time.Now()
+		w := modelWait{waiter: t.tag, holder: holder.tag, row: on}
+		var holderGone <-chan time.Time
+		if !holder.deadline.IsZero() {
+			timer := time.NewTimer(time.Until(holder.deadline))
+			defer timer.Stop()
+			holderGone = timer.C
+		}
+		select {
+		case <-holder.done:
+		case <-holderGone:
+		case <-ctx.Done():
+			w.timedOut = true
+		}
+		w.waited = time.Since(began)
+		m.mu.Lock()
+		m.waits = append(m.waits, w)
+		m.mu.Unlock()
+		if w.timedOut {
+			return status.Error(codes.DeadlineExceeded, "model: waited for a lock until the deadline")
+		}
+	}
+}
+
+// locks returns a row of writes that t holds a shared lock on.
+func (t *modelTxn) locks(writes []modelRow) (modelRow, bool) {
+	for _, r := range t.reads {
+		for _, w := range writes {
+			if r.covers(w) {
+				return w, true
+			}
+		}
+	}
+	return modelRow{}, false
+}
+
+// tablePattern finds the lock tables a statement mentions (the tests' table
+// is named locks), quoted or not.
+var tablePattern = regexp.MustCompile(`(?i)["` + "`" + `]?\b(locks(?:_permits|_sessions)?)\b["` + "`" + `]?`)
+
+// rowsOf returns what a statement or read locks (reads) and, for DML, the
+// rows it writes.
+func rowsOf(req any) (reads, writes []modelRow) {
+	switch r := req.(type) {
+	case *spannerpb.ReadRequest:
+		for _, k := range r.GetKeySet().GetKeys() {
+			reads = append(reads, modelRow{table: strings.ToLower(r.GetTable()), key: keyOf(r.GetTable(), k.GetValues())})
+		}
+		if r.GetKeySet().GetAll() || len(r.GetKeySet().GetRanges()) > 0 {
+			reads = append(reads, modelRow{table: strings.ToLower(r.GetTable())})
+		}
+		return reads, nil
+	case *spannerpb.ExecuteSqlRequest:
+		return sqlRows(r.GetSql(), r.GetParams())
+	case *spannerpb.ExecuteBatchDmlRequest:
+		for _, s := range r.GetStatements() {
+			rd, wr := sqlRows(s.GetSql(), s.GetParams())
+			reads, writes = append(reads, rd...), append(writes, wr...)
+		}
+	}
+	return reads, writes
+}
+
+// sessionIDPattern is the form of a session ID: a string parameter of this
+// form names a session, not a row of the lock or permits table.
+var sessionIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+func sqlRows(sql string, params *structpb.Struct) (reads, writes []modelRow) {
+	var keys []string
+	key := func(v *structpb.Value) {
+		if s := v.GetStringValue(); s != "" && !sessionIDPattern.MatchString(s) {
+			keys = append(keys, s)
+		}
+	}
+	for _, v := range params.GetFields() {
+		key(v)
+		for _, e := range v.GetListValue().GetValues() {
+			key(e)
+		}
+	}
+	seen := map[string]bool{}
+	for _, m := range tablePattern.FindAllStringSubmatch(sql, -1) {
+		table := strings.ToLower(m[1])
+		if seen[table] {
+			continue
+		}
+		seen[table] = true
+		if table == "locks_sessions" || len(keys) == 0 {
+			reads = append(reads, modelRow{table: table})
+			continue
+		}
+		for _, k := range keys {
+			if table == "locks_permits" {
+				k += "/"
+			}
+			reads = append(reads, modelRow{table: table, key: k})
+		}
+	}
+	// DML writes the rows of the first table it names.
+	if dml := strings.ToUpper(strings.TrimSpace(sql)); strings.HasPrefix(dml, "INSERT") || strings.HasPrefix(dml, "UPDATE") || strings.HasPrefix(dml, "DELETE") {
+		for _, r := range reads {
+			if r.table == reads[0].table {
+				writes = append(writes, r)
+			}
+		}
+	}
+	return reads, writes
+}
+
+// mutationRows returns the rows a Commit's mutations write.
+func mutationRows(ms []*spannerpb.Mutation) []modelRow {
+	var rows []modelRow
+	for _, m := range ms {
+		var w *spannerpb.Mutation_Write
+		switch op := m.GetOperation().(type) {
+		case *spannerpb.Mutation_Insert:
+			w = op.Insert
+		case *spannerpb.Mutation_Update:
+			w = op.Update
+		case *spannerpb.Mutation_InsertOrUpdate:
+			w = op.InsertOrUpdate
+		case *spannerpb.Mutation_Replace:
+			w = op.Replace
+		case *spannerpb.Mutation_Delete_:
+			table := strings.ToLower(op.Delete.GetTable())
+			for _, k := range op.Delete.GetKeySet().GetKeys() {
+				rows = append(rows, modelRow{table: table, key: keyOf(table, k.GetValues())})
+			}
+			continue
+		}
+		table := strings.ToLower(w.GetTable())
+		for _, vals := range w.GetValues() {
+			key := map[string]string{}
+			for i, c := range w.GetColumns() {
+				if i < len(vals.GetValues()) {
+					v := vals.GetValues()[i]
+					if s := v.GetStringValue(); s != "" {
+						key[c] = s
+					}
+				}
+			}
+			switch table {
+			case "locks_sessions":
+				rows = append(rows, modelRow{table: table, key: key["session_id"]})
+			case "locks_permits":
+				rows = append(rows, modelRow{table: table, key: key["name"] + "/" + key["slot"]})
+			default:
+				rows = append(rows, modelRow{table: table, key: key["name"]})
+			}
+		}
+	}
+	return rows
+}
+
+// keyOf is the model's key of a row named by its key values.
+func keyOf(table string, vals []*structpb.Value) string {
+	var parts []string
+	for _, v := range vals {
+		parts = append(parts, v.GetStringValue())
+	}
+	if strings.EqualFold(table, "locks_permits") && len(parts) == 2 {
+		return parts[0] + "/" + parts[1]
+	}
+	if len(parts) > 0 {
+		return parts[0]
+	}
+	return ""
+}

@@ -1,0 +1,335 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"google.golang.org/grpc/codes"
+)
+
+// Every read-write transaction the package makes, and the rows it reads and
+// writes. L is a lock row (or a semaphore's or pool's parent row, which
+// lives in the same table), P a permit row, S a session row. On Spanner a
+// transaction holds a shared lock on every row it reads until it ends
+// (commit, rollback, or Spanner aborting it as idle when its end is lost),
+// and a younger writer of such a row waits for it.
+//
+//	transaction         tag                      reads             writes
+//	acquire a lock      spannerlock-acquire      L                 L; S (see below)
+//	grant a slot        spannerlock-acquire      parent, P of it   parent, P; S (see below)
+//	renew               spannerlock-renew        L, P it checks    S
+//	let go              spannerlock-release      L, P it clears    L, P; S (Close)
+//	restamp             spannerlock-restamp      L it stamps       L
+//	set permits         spannerlock-set-permits  parent            parent
+//	force release       spannerlock-force-release L or parent, P   L or parent, P
+//	expire a session    spannerlock-end-session  -                 S
+//
+// An acquisition writes S only when it creates the session (an insert) or
+// the session has idled (a renewal). Every write of S is blind, and no
+// read-write transaction reads S: whether a session is live is read
+// outside transactions (readSessions, and the joins of the reads in
+// row.go), by strong reads that take no lock. So a renewal, the one
+// transaction that keeps a Client's leases, never waits for a lock that
+// another transaction holds, whatever that transaction's fate: it reads
+// rows (shared locks never wait for shared locks) and writes only its own
+// session's row, which nobody else locks. Lock rows, which rivals and
+// Guard read, are written only by transactions other than the renewal
+// (let go, restamp), which may wait without harm.
+
+// ownedRow is a row that a compare-and-set read found still naming the
+// session with the token asked about.
+type ownedRow struct {
+	// stale is set for a lock row whose renewed_at is old enough that
+	// cleanup might delete it: a restamp is due.
+	stale bool
+}
+
+// readOwned reads, in tx, which of keys still name session with their
+// tokens.
+func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction, session string, keys []leaseKey) (map[leaseKey]ownedRow, error) {
+	// The query returns every row naming the session among these names;
+	// the tokens are compared here, against the keys asked about.
+	asked := map[leaseKey]bool{}
+	var locks, pools []string
+	seenPool := map[string]bool{}
+	for _, k := range keys {
+		asked[k] = true
+		switch {
+		case k.slot == lockSlot:
+			locks = append(locks, k.name)
+		case !seenPool[k.name]:
+			seenPool[k.name] = true
+			pools = append(pools, k.name)
+		}
+	}
+	owned := map[leaseKey]ownedRow{}
+	if len(keys) == 0 {
+		return owned, nil
+	}
+	err := tx.Query(ctx, st.sql.owned.bind(map[string]any{"session": session, "locks": locks, "pools": pools})).Do(func(r *spanner.Row) error {
+		var (
+			part  string
+			name  string
+			slot  spanner.NullInt64
+			token int64
+			grant spanner.NullString
+			o     ownedRow
+		)
+		if err := r.Columns(&part, &name, &slot, &token, &grant, &o.stale); err != nil {
+			return err
+		}
+		k := leaseKey{name: name, slot: lockSlot, token: token, grant: grant.StringVal}
+		if part == "permit" {
+			k.slot = slot.Int64
+		}
+		if asked[k] {
+			owned[k] = o
+		}
+		return nil
+	})
+	return owned, err
+}
+
+// renewal is what a renewal found.
+type renewal struct {
+	// owned are the leases checked whose rows still name the session.
+	owned map[leaseKey]ownedRow
+	// sent is when the committed attempt began, commitTs when it committed.
+	sent, commitTs time.Time
+}
+
+// renew extends s: it checks keys (reads L, P) and renews S with a blind
+// write. It fails with errSessionGone if S is no longer in Spanner.
+func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewal, error) {
+	var out renewal
+	ts, err := st.transact(ctx, keeperLane, "spannerlock-renew", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		out = renewal{sent: time.Now()}
+		owned, err := st.readOwned(ctx, tx, s.id, keys)
+		out.owned = owned
+		return []*spanner.Mutation{s.renewal(st.sql, out.sent)}, err
+	})
+	if isRowNotFound(err) {
+		return out, errSessionGone{s}
+	}
+	out.commitTs = ts
+	return out, err
+}
+
+// letGo clears the rows of gos that still name s with their tokens (reads
+// and writes L, P), and writes the sessions in expire as expired (Close).
+// It returns the rows it found owned, which it cleared.
+func (st *store) letGo(ctx context.Context, l lane, tag string, s *session, holderID string, gos []letGo, expire []string) (map[leaseKey]ownedRow, error) {
+	keys := make([]leaseKey, len(gos))
+	for i, g := range gos {
+		keys[i] = g.leaseKey
+	}
+	var owned map[leaseKey]ownedRow
+	_, err := st.transact(ctx, l, tag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		var err error
+		if owned, err = st.readOwned(ctx, tx, s.id, keys); err != nil {
+			return nil, err
+		}
+		var writes []*spanner.Mutation
+		for _, g := range gos {
+			if _, ok := owned[g.leaseKey]; ok {
+				writes = append(writes, g.clear(st.sql))
+			}
+		}
+		for _, id := range expire {
+			writes = append(writes, st.sql.sessionTombstone(id, holderID))
+		}
+		return writes, nil
+	})
+	return owned, err
+}
+
+// restamp stamps the lock rows among keys that still name s (reads and
+// writes L), so that a table's row deletion policy, which judges rows by
+// renewed_at, never deletes a held lock.
+func (st *store) restamp(ctx context.Context, s *session, keys []leaseKey) error {
+	_, err := st.transact(ctx, keeperLane, "spannerlock-restamp", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		owned, err := st.readOwned(ctx, tx, s.id, keys)
+		var writes []*spanner.Mutation
+		for k, o := range owned {
+			if o.stale {
+				writes = append(writes, spanner.Update(st.sql.table, []string{"name", "renewed_at"}, []any{k.name, spanner.CommitTimestamp}))
+			}
+		}
+		return writes, err
+	})
+	return err
+}
+
+// expireSession writes the session row as expired (S, one Commit),
+// inserting it if the creation never landed: a creating commit still in
+// flight then fails on the existing row, and one that landed is expired at
+// once, so no lease naming the session lives on. The row keeps its
+// worker-ID high-water mark.
+func (st *store) expireSession(ctx context.Context, id, holderID string) error {
+	return st.expireSessions(ctx, []string{id}, holderID)
+}
+
+// expireSessions is expireSession for several sessions, in one Commit.
+func (st *store) expireSessions(ctx context.Context, ids []string, holderID string) error {
+	ms := make([]*spanner.Mutation, len(ids))
+	for i, id := range ids {
+		ms[i] = st.sql.sessionTombstone(id, holderID)
+	}
+	return st.apply(ctx, "spannerlock-end-session", ms...)
+}
+
+// insertFirstRow inserts, in tx, the first row of a lock named name held by
+// session unless a row exists (reads and writes L), and reports whether it
+// did, with the token the schema gave it. attempts is set for a RunOnce
+// slot.
+func (st *store) insertFirstRow(ctx context.Context, tx *spanner.ReadWriteTransaction, name, grant, holderID, session string, ttl time.Duration, payload []byte, attempts spanner.NullInt64) (token int64, inserted bool, err error) {
+	err = tx.Query(ctx, st.sql.insert.bind(map[string]any{
+		"name": name, "holder": holderID, "session": session, "ttl": ttl.Milliseconds(), "payload": payload, "attempts": attempts,
+		"grant": grant,
+	})).Do(func(r *spanner.Row) error {
+		inserted = true
+		return r.Column(0, &token)
+	})
+	return token, inserted, err
+}
+
+// lockGrant is the write that gives an existing lock row to session with
+// token.
+func (st *store) lockGrant(name string, token int64, grant, holderID, session string, ttl time.Duration, payload []byte, attempts spanner.NullInt64) *spanner.Mutation {
+	return spanner.Update(st.sql.table,
+		[]string{"name", "token", "grant_id", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload", "attempts"},
+		[]any{name, token, grant, holderID, session, ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, payload, attempts})
+}
+
+// permitGrant is the write that gives slot of pool to session with token;
+// the parent row's next token moves past it.
+func (st *store) permitGrant(pool string, slot, token int64, grant, holderID, session string, ttl time.Duration, payload []byte, highWater time.Time) []*spanner.Mutation {
+	return []*spanner.Mutation{
+		spanner.Update(st.sql.table, []string{"name", "token"}, []any{pool, token + 1}),
+		spanner.InsertOrUpdate(st.sql.permits,
+			[]string{"name", "slot", "token", "grant_id", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at", "payload", "high_water"},
+			[]any{pool, slot, token, grant, holderID, session, ttl.Milliseconds(), spanner.CommitTimestamp, spanner.CommitTimestamp, payload, highWater}),
+	}
+}
+
+// permitUnlink is the write that frees an expired permit: its session link
+// goes and its high-water mark takes the session's. Writing the row makes
+// a stale holder's guarded write still in flight (Guard reads that row)
+// conflict with the writer: Spanner orders it first or aborts it.
+func (st *store) permitUnlink(pool string, r row) *spanner.Mutation {
+	return spanner.Update(st.sql.permits,
+		[]string{"name", "slot", "session_id", "high_water"}, []any{pool, r.slot, nil, nullTime(r.notBefore())})
+}
+
+// createPool inserts a worker pool's parent row (reads and writes L) and
+// returns its first permit token, which the schema's default seeds.
+func (st *store) createParent(ctx context.Context, tx *spanner.ReadWriteTransaction, name, kind string, permits spanner.NullInt64) (next spanner.NullInt64, err error) {
+	err = tx.Query(ctx, st.sql.insertParent.bind(map[string]any{
+		"name": name, "kind": kind, "permits": permits,
+	})).Do(func(r *spanner.Row) error { return r.Column(0, &next) })
+	return next, err
+}
+
+// setPermits declares a semaphore with n permits, or changes its limit; n
+// NULL undeclares it (reads and writes the parent row).
+func (st *store) setPermits(ctx context.Context, name string, n spanner.NullInt64, declareIfMissing bool) error {
+	_, err := st.transact(ctx, callerLane, "spannerlock-set-permits", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		s, err := readPoolInTx(ctx, tx, st.sql, name)
+		switch {
+		case err != nil:
+			return nil, err
+		case !s.found && declareIfMissing:
+			_, err := st.createParent(ctx, tx, name, kindSemaphore, n)
+			return nil, err
+		case !s.found:
+			return nil, nil
+		case s.kind.StringVal != kindSemaphore:
+			return nil, notASemaphore(name, s.kind)
+		}
+		return []*spanner.Mutation{spanner.Update(st.sql.table, []string{"name", "permits"}, []any{name, n})}, nil
+	})
+	return err
+}
+
+// forceRelease ends the live holder's lease on a lock (reads and writes L):
+// the row forgets the holder's session and its token moves on, so the
+// holder's renewal and Guard find it gone and its next acquirer gets a
+// larger token. It returns the row as it was, with its holder's session.
+func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
+	var r row
+	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		var err error
+		if r, err = readLockInTx(ctx, tx, st.sql, name); err != nil {
+			return nil, err
+		}
+		if r.kind.Valid {
+			return nil, fmt.Errorf("%w: %q is %s, not a lock: force-release one of its permits", ErrWrongKind, name, describeKind(r.kind))
+		}
+		if err := st.holderLive(ctx, &r); err != nil || !r.live {
+			return nil, err
+		}
+		return []*spanner.Mutation{spanner.Update(st.sql.table, []string{"name", "token", "session_id", "grant_id"},
+			[]any{name, r.token.Int64 + 1, nil, nil})}, nil
+	})
+	return r, err
+}
+
+// forceReleasePermit is forceRelease for one permit or worker ID (reads
+// and writes the parent row and the permit row): the permit's token moves
+// to the pool's next one, and a worker ID keeps its holder's latest mark,
+// so its next holder still waits past it.
+func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64) (row, error) {
+	var r row
+	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		s, err := readPoolInTx(ctx, tx, st.sql, name)
+		switch {
+		case err != nil:
+			return nil, err
+		case s.found && s.kind.StringVal != kindSemaphore && s.kind.StringVal != kindWorkers:
+			return nil, fmt.Errorf("%w: %q is %s, not a semaphore or worker pool: force-release it as a lock", ErrWrongKind, name, describeKind(s.kind))
+		}
+		r = s.slot(slot)
+		r.name, r.slot = name, slot
+		if err := st.holderLive(ctx, &r); err != nil || !r.live {
+			return nil, err
+		}
+		return []*spanner.Mutation{
+			spanner.Update(st.sql.table, []string{"name", "token"}, []any{name, s.next.Int64 + 1}),
+			spanner.Update(st.sql.permits, []string{"name", "slot", "token", "session_id", "grant_id", "high_water"},
+				[]any{name, slot, s.next.Int64, nil, nil, nullTime(r.notBefore())}),
+		}, nil
+	})
+	return r, err
+}
+
+// holderLive completes a row read inside a transaction with a read of its
+// holder's session outside it.
+func (st *store) holderLive(ctx context.Context, r *row) error {
+	if !r.sessionID.Valid {
+		return nil
+	}
+	rctx, cancel := outsideTransaction(ctx)
+	defer cancel()
+	views, err := readSessions(rctx, st.db, st.sql, []string{r.sessionID.StringVal})
+	r.withSession(views[r.sessionID.StringVal])
+	return err
+}
+
+// isRowNotFound reports whether a commit failed because a row it updated
+// does not exist (rather than its table, database or Spanner session).
+func isRowNotFound(err error) bool {
+	if spanner.ErrCode(err) != codes.NotFound {
+		return false
+	}
+	msg := err.Error()
+	return !strings.Contains(msg, "Table not found") && !strings.Contains(msg, "Database not found") &&
+		!strings.Contains(msg, "Session not found")
+}
+
+// nullTime is a TIMESTAMP parameter that is NULL for the zero time.
+func nullTime(t time.Time) spanner.NullTime {
+	return spanner.NullTime{Time: t, Valid: !t.IsZero()}
+}

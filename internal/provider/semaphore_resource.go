@@ -327,6 +327,7 @@ func (r *semaphoreResource) Create(ctx context.Context, req resource.CreateReque
 	}
 	plan.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	setSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
 }
 
 func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -336,6 +337,7 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		return
 	}
 	db, table, name := state.Database.ValueString(), state.Table.ValueString(), state.Name.ValueString()
+	setSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
 	s, err := readSemaphore(ctx, r.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore), err != nil && r.tableGone(ctx, db, table):
@@ -428,7 +430,7 @@ func (r *semaphoreResource) ImportState(ctx context.Context, req resource.Import
 	if r.data != nil {
 		defaultDB = r.data.database
 	}
-	db, table, name, err := parseSemaphoreImportID(req.ID, defaultDB)
+	db, table, name, err := semaphoreToImport(ctx, req, defaultDB)
 	if err != nil {
 		resp.Diagnostics.AddError("Invalid import ID", err.Error())
 		return

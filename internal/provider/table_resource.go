@@ -705,6 +705,7 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	r.save(ctx, &plan, stmts, &resp.State, &resp.Diagnostics)
+	setTableIdentity(ctx, resp.Identity, db, table, &resp.Diagnostics)
 }
 
 func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -735,6 +736,7 @@ func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	// What the last apply ran is done.
 	state.PlannedDDL = ddlList(nil)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+	setTableIdentity(ctx, resp.Identity, state.Database.ValueString(), state.Name.ValueString(), &resp.Diagnostics)
 }
 
 func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -895,7 +897,7 @@ func (r *tableResource) ImportState(ctx context.Context, req resource.ImportStat
 	if r.data != nil {
 		defaultDB = r.data.database
 	}
-	db, table, err := parseTableImportID(req.ID, defaultDB)
+	db, table, err := tableToImport(ctx, req, defaultDB)
 	if err != nil {
 		resp.Diagnostics.AddError("Invalid import ID", err.Error())
 		return

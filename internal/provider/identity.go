@@ -17,8 +17,10 @@ import (
 // Resource identity (Terraform 1.12 and later): what names a table or a
 // semaphore, as attributes rather than an ID string, so that
 // import { identity = {...} } and terraform query's generated imports work.
-// Read sets it every time, since the framework fails a Read that leaves it
-// unset ("Missing Resource Identity After Read"), on any Terraform.
+// Read sets it every time, first thing, and Update whenever the plan has
+// none, since the framework fails a Read or Update that leaves it unset
+// ("Missing Resource Identity After Read"), on any Terraform, even a Read
+// that finds the resource gone.
 
 var (
 	_ resource.ResourceWithIdentity = (*tableResource)(nil)
@@ -87,6 +89,21 @@ func setSemaphoreIdentity(ctx context.Context, identity *tfsdk.ResourceIdentity,
 	diags.Append(identity.Set(ctx, semaphoreIdentityModel{
 		Database: types.StringValue(db), Table: types.StringValue(table), Name: types.StringValue(name),
 	})...)
+}
+
+// keepTableIdentity sets the identity an update returns when the plan had
+// none, as from a Terraform older than 1.12, which keeps no identities;
+// otherwise the update keeps the planned one, which may not change.
+func keepTableIdentity(ctx context.Context, identity *tfsdk.ResourceIdentity, db, table string, diags *diag.Diagnostics) {
+	if identity != nil && identity.Raw.IsFullyNull() {
+		setTableIdentity(ctx, identity, db, table, diags)
+	}
+}
+
+func keepSemaphoreIdentity(ctx context.Context, identity *tfsdk.ResourceIdentity, db, table, name string, diags *diag.Diagnostics) {
+	if identity != nil && identity.Raw.IsFullyNull() {
+		setSemaphoreIdentity(ctx, identity, db, table, name, diags)
+	}
 }
 
 // tableToImport is the table an import names, by its ID or, from an import

@@ -377,6 +377,7 @@ func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateReque
 	}
 	plan.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	keepSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
 }
 
 func (r *semaphoreResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

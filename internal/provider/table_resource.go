@@ -714,6 +714,7 @@ func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	setTableIdentity(ctx, resp.Identity, state.Database.ValueString(), state.Name.ValueString(), &resp.Diagnostics)
 	ins, err := r.data.inspect(ctx, state.Database.ValueString(), state.Name.ValueString())
 	if err != nil && !databaseGone(err) {
 		resp.Diagnostics.AddError("Cannot read table", err.Error())
@@ -789,6 +790,7 @@ func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		return
 	}
 	r.save(ctx, &plan, stmts, &resp.State, &resp.Diagnostics)
+	keepTableIdentity(ctx, resp.Identity, db, table, &resp.Diagnostics)
 }
 
 // listStrings returns the elements of a list of strings, and whether the

@@ -119,7 +119,10 @@ func listedTable(ctx context.Context, db, name string, ins locktable.Inspection)
 		CleanupAfter:       types.StringNull(),
 		PlannedDDL:         ddlList(nil),
 	}
-	m.Timeouts.Object = types.ObjectNull(timeoutsBlock(ctx).Type().(types.ObjectType).AttrTypes)
+	// As in an import: no timeouts block.
+	if t, ok := timeoutsBlock(ctx).Type().(types.ObjectType); ok {
+		m.Timeouts.Object = types.ObjectNull(t.AttrTypes)
+	}
 	m.refresh(ins)
 	return m
 }

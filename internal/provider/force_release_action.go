@@ -40,13 +40,8 @@ func (a *forceReleaseAction) Metadata(_ context.Context, req action.MetadataRequ
 func (a *forceReleaseAction) Schema(_ context.Context, _ action.SchemaRequest, resp *action.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Ends the live holder's lease on a lock, a RunOnce slot, a semaphore's permit or a " +
-			"worker ID, without asking the holder (Terraform 1.14 and later; invoke it with `terraform apply " +
-			"-invoke=action.spannerlock_force_release.<name>`). The lease's fencing token moves on, so the " +
-			"holder's `Guard`-fenced writes fail from then on and its `Context` ends at its next renewal; the next " +
-			"acquisition gets a larger token. Whatever the holder does outside Spanner until that renewal goes on " +
-			"unfenced: prefer waiting for the TTL when it is short. The progress message names the holder it " +
-			"ended. A lease nobody holds is a warning, not an error. This is `lease.Client.ForceRelease` (or " +
-			"`ForceReleasePermit`, with `slot`) itself.",
+			"worker ID, without asking the holder: `lease.Client.ForceRelease` (with `slot`, " +
+			"`ForceReleasePermit`). Terraform 1.14 and later, with `terraform apply -invoke`.",
 		Attributes: map[string]schema.Attribute{
 			"database": schema.StringAttribute{
 				Optional:            true,

@@ -137,9 +137,10 @@ action "spannerlock_force_release" "semaphore_without_slot" {
 		t.Errorf("the old permit holder's fenced write after the force-release: %v; want ErrLeaseLost", err)
 	}
 
-	// Ended already: nothing to do is not a failure.
+	// Ended already: nothing to do is not a failure. Terraform puts the
+	// action's summary at the start of the detail.
 	tf.run(ctx, "apply", "-auto-approve", "-json", "-invoke=action.spannerlock_force_release.migration").ok(t).
-		has(t, "warning", "Nothing to release", `slot `+fmt.Sprint(slot)+` of "migrations"`)
+		has(t, "warning", "Warning when invoking action", "Nothing to release", `slot `+fmt.Sprint(slot)+` of "migrations"`)
 	tf.run(ctx, "apply", "-auto-approve", "-json", "-invoke=action.spannerlock_force_release.semaphore_without_slot").failed(t).
-		has(t, "error", `Cannot force-release lease "migrations" in table locks`, "Set slot")
+		has(t, "error", "Error when invoking action", `Cannot force-release lease "migrations" in table locks`, "Set slot")
 }

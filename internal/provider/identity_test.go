@@ -23,13 +23,18 @@ func TestAccIdentity_import(t *testing.T) {
 // import { identity = {...} } adopts each into a plan with no changes.
 func testAccIdentityImport(t *testing.T, d locktable.Dialect) {
 	db, prov := accDatabaseIn(t, d)
-	config := tableConfig(prov, unprotected) + `
+	semaphore := `
 resource "spannerlock_semaphore" "jobs" {
   table   = spannerlock_table.locks.name
   name    = "jobs"
   permits = 2
 }
 `
+	config := tableConfig(prov, unprotected) + semaphore
+	// What an import block adopts: deletion_protection exists only in
+	// Terraform, so an import sets its default. The state of the first step
+	// stays unprotected, for the destroy at the end.
+	adopting := tableConfig(prov, "") + semaphore
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -50,13 +55,13 @@ resource "spannerlock_semaphore" "jobs" {
 				},
 			},
 			{
-				Config:          config,
+				Config:          adopting,
 				ResourceName:    tableAddress,
 				ImportState:     true,
 				ImportStateKind: resource.ImportBlockWithResourceIdentity,
 			},
 			{
-				Config:          config,
+				Config:          adopting,
 				ResourceName:    semaphoreAddress,
 				ImportState:     true,
 				ImportStateKind: resource.ImportBlockWithResourceIdentity,

@@ -6,6 +6,7 @@ import (
 	"math/big"
 
 	"cloud.google.com/go/spanner"
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
 	listschema "github.com/hashicorp/terraform-plugin-framework/list/schema"
@@ -120,9 +121,11 @@ func listedTable(ctx context.Context, db, name string, ins locktable.Inspection)
 		PlannedDDL:         ddlList(nil),
 	}
 	// As in an import: no timeouts block.
-	if t, ok := timeoutsBlock(ctx).Type().(types.ObjectType); ok {
-		m.Timeouts.Object = types.ObjectNull(t.AttrTypes)
+	t, ok := timeoutsBlock(ctx).Type().(timeouts.Type)
+	if !ok {
+		panic(fmt.Sprintf("the timeouts block's type is %T, not timeouts.Type", timeoutsBlock(ctx).Type()))
 	}
+	m.Timeouts.Object = types.ObjectNull(t.AttrTypes)
 	m.refresh(ins)
 	return m
 }

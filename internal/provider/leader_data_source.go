@@ -145,11 +145,14 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (h lease.Holder, sem *lease.Semaphore, err error) {
 	err = d.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
 		var err error
-		if h, err = lc.Holder(ctx, name); !errors.Is(err, lease.ErrNoHolder) {
+		if h, err = lc.Holder(ctx, name); !errors.Is(err, lease.ErrNoHolder) && !errors.Is(err, lease.ErrWrongKind) {
 			return err
 		}
+		// Holder calls a semaphore's name the wrong kind of lease: it has
+		// no single holder, which is what held = false says.
 		if s, serr := lc.Semaphore(ctx, name); serr == nil {
 			sem = &s
+			return fmt.Errorf("%w: %q is a semaphore", lease.ErrNoHolder, name)
 		}
 		return err
 	})

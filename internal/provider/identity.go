@@ -100,12 +100,6 @@ func keepTableIdentity(ctx context.Context, identity *tfsdk.ResourceIdentity, db
 	}
 }
 
-func keepSemaphoreIdentity(ctx context.Context, identity *tfsdk.ResourceIdentity, db, table, name string, diags *diag.Diagnostics) {
-	if identity != nil && identity.Raw.IsFullyNull() {
-		setSemaphoreIdentity(ctx, identity, db, table, name, diags)
-	}
-}
-
 // tableToImport is the table an import names, by its ID or, from an import
 // block with identity, by its identity.
 func tableToImport(ctx context.Context, req resource.ImportStateRequest, defaultDB string) (db, table string, err error) {

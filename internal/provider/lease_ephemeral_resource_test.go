@@ -163,6 +163,8 @@ func testAccLeaseEphemeralResourceLossFailsTheRun(t *testing.T, d locktable.Dial
 }
 
 func TestAccLeaseEphemeralResource_wait(t *testing.T) {
+	skipOnOpenTofu(t, "after the last step's apply, terraform-plugin-testing finds its plan not empty, though "+
+		"OpenTofu 1.11.5 reports no changes")
 	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceWait)
 }
 
@@ -215,7 +217,7 @@ resource "terraform_data" "stored" {
   input = ephemeral.spannerlock_lease.deploy.token
 }
 `,
-				ExpectError: diagnostic("Invalid use of ephemeral value"),
+				ExpectError: regexp.MustCompile(`Invalid use of ephemeral value|Ephemeral value used in non-ephemeral context`),
 			},
 			{
 				PreConfig: func() {

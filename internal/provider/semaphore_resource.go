@@ -53,6 +53,9 @@ func (m semaphoreModel) permits() int64 {
 
 func (r *semaphoreResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_semaphore"
+	// The identity follows table's spelling, which an update may change
+	// in letter case in a GoogleSQL database: the same table.
+	resp.ResourceBehavior.MutableIdentity = true
 }
 
 func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -377,7 +380,7 @@ func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateReque
 	}
 	plan.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
-	keepSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
+	setSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
 }
 
 func (r *semaphoreResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

@@ -24,7 +24,7 @@ fi
 cp -R "$dir" "$work/src"
 chmod -R u+w "$work/src"
 cd "$work/src"
-sed -i.orig -E '/backend(Azure|Consul|Cos|GCS|Kubernetes|OSS|Pg|S3)[ .]/d' internal/backend/init/init.go
+sed -i.orig -E '/backend(Azure|Consul|Cos|GCS|Kubernetes|OCI|OSS|Pg|S3)[ .]/d' internal/backend/init/init.go
 # godebug tlskyber is unknown to Go 1.24 and later.
 sed -i.orig -E '\#github.com/hashicorp/terraform/internal/#d; /^godebug tlskyber/d' go.mod
 GOFLAGS=-mod=mod "$go" build -trimpath -ldflags "-s -w -X github.com/hashicorp/terraform/version.dev=no" -o "$out/terraform" .

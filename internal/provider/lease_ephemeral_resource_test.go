@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,6 +163,8 @@ func testAccLeaseEphemeralResourceLossFailsTheRun(t *testing.T, d locktable.Dial
 }
 
 func TestAccLeaseEphemeralResource_wait(t *testing.T) {
+	skipOnOpenTofu(t, "after the last step's apply, terraform-plugin-testing finds its plan not empty, though "+
+		"OpenTofu 1.11.5 reports no changes")
 	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceWait)
 }
 
@@ -205,7 +208,8 @@ output "token" {
   value = ephemeral.spannerlock_lease.deploy.token
 }
 `,
-				ExpectError: diagnostic("Ephemeral value not allowed"),
+				// OpenTofu says it in its own words.
+				ExpectError: regexp.MustCompile(`Ephemeral value not allowed|Output does not allow ephemeral value`),
 			},
 			{
 				Config: leaseConfig(prov, `  wait = "0s"`+"\n", "true") + `
@@ -213,7 +217,7 @@ resource "terraform_data" "stored" {
   input = ephemeral.spannerlock_lease.deploy.token
 }
 `,
-				ExpectError: diagnostic("Invalid use of ephemeral value"),
+				ExpectError: regexp.MustCompile(`Invalid use of ephemeral value|Ephemeral value used in non-ephemeral context`),
 			},
 			{
 				PreConfig: func() {
@@ -407,6 +411,7 @@ resource "terraform_data" "deploy" {
 // acquire = terraform.applying: plans neither wait for the lease nor take
 // it (no token is spent); the apply does.
 func TestAccLeaseEphemeralResource_onlyWhenApplying(t *testing.T) {
+	skipOnOpenTofu(t, openTofuUnknownEphemeral)
 	t.Parallel()
 	db, prov := accDatabase(t, locktable.DDL("locks")...)
 	sc := emulator.Client(t, db)
@@ -435,6 +440,7 @@ func TestAccLeaseEphemeralResource_onlyWhenApplying(t *testing.T) {
 // apply creates) holds nothing during the plan, rather than failing it
 // with advice for data sources; the apply takes the lease.
 func TestAccLeaseEphemeralResource_databaseKnownOnlyAtApply(t *testing.T) {
+	skipOnOpenTofu(t, openTofuUnknownEphemeral)
 	t.Parallel()
 	db, _ := accDatabase(t, locktable.DDL("locks")...)
 	tf := newTerraformCLI(t)

@@ -231,6 +231,7 @@ func (p *spannerlockProvider) Configure(ctx context.Context, req provider.Config
 	}
 	data := &providerData{database: cfg.Database.ValueString(), databaseUnknown: cfg.Database.IsUnknown(), leases: &p.leases}
 	resp.ResourceData, resp.DataSourceData, resp.EphemeralResourceData = data, data, data
+	resp.ActionData, resp.ListResourceData = data, data
 	if cfg.Database.IsNull() {
 		if data.database = os.Getenv(databaseEnv); data.database != "" && !databasePattern.MatchString(data.database) {
 			resp.Diagnostics.AddAttributeError(path.Root("database"), "Invalid database",
@@ -385,7 +386,7 @@ func (p *spannerlockProvider) Resources(context.Context) []func() resource.Resou
 }
 
 func (p *spannerlockProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{newLeaderDataSource, newSemaphoreDataSource}
+	return []func() datasource.DataSource{newLeaderDataSource, newSemaphoreDataSource, newLeasesDataSource}
 }
 
 func (p *spannerlockProvider) Functions(context.Context) []func() function.Function {

@@ -57,6 +57,9 @@ func (m semaphoreModel) permits() int64 {
 
 func (r *semaphoreResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_semaphore"
+	// The identity follows table's spelling, which an update may change
+	// in letter case in a GoogleSQL database: the same table.
+	resp.ResourceBehavior.MutableIdentity = true
 }
 
 func (r *semaphoreResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
@@ -342,6 +345,7 @@ func (r *semaphoreResource) Create(ctx context.Context, req resource.CreateReque
 	}
 	plan.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	setSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
 }
 
 func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -351,6 +355,7 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		return
 	}
 	db, table, name := state.Database.ValueString(), state.Table.ValueString(), state.Name.ValueString()
+	setSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
 	s, err := readSemaphore(ctx, r.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore), err != nil && r.tableGone(ctx, db, table):
@@ -391,6 +396,7 @@ func (r *semaphoreResource) Update(ctx context.Context, req resource.UpdateReque
 	}
 	plan.ID = types.StringValue(semaphoreID(db, table, name))
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	setSemaphoreIdentity(ctx, resp.Identity, db, table, name, &resp.Diagnostics)
 }
 
 func (r *semaphoreResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -444,7 +450,7 @@ func (r *semaphoreResource) ImportState(ctx context.Context, req resource.Import
 	if r.data != nil {
 		defaultDB = r.data.database
 	}
-	db, table, name, err := parseSemaphoreImportID(req.ID, defaultDB)
+	db, table, name, err := semaphoreToImport(ctx, req, defaultDB)
 	if err != nil {
 		resp.Diagnostics.AddError("Invalid import ID", err.Error())
 		return

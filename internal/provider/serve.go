@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
@@ -33,7 +34,7 @@ func Serve(ctx context.Context, version string, debug bool) error {
 		watchTerraform(&p.leases)
 	}
 	err := tf6server.Serve(Address, func() tfprotov6.ProviderServer {
-		return stopNotifier{ProviderServer: providerserver.NewProtocol6(p)(), stop: func() { p.leases.interrupt(errInterrupted) }}
+		return stopNotifier{fullServer: fullServerOf(providerserver.NewProtocol6(p)()), stop: func() { p.leases.interrupt(errInterrupted) }}
 	}, opts...)
 	p.leases.releaseAll()
 	return err
@@ -43,13 +44,33 @@ func Serve(ctx context.Context, version string, debug bool) error {
 // when it is interrupted. terraform-plugin-go cancels the requests in flight
 // then, but not the ones that come after.
 type stopNotifier struct {
-	tfprotov6.ProviderServer
+	fullServer
 	stop func()
 }
 
 func (s stopNotifier) StopProvider(ctx context.Context, req *tfprotov6.StopProviderRequest) (*tfprotov6.StopProviderResponse, error) {
 	s.stop()
-	return s.ProviderServer.StopProvider(ctx, req)
+	return s.fullServer.StopProvider(ctx, req)
+}
+
+// fullServer is what the framework's server implements: terraform-plugin-go
+// finds list resources and actions (Terraform 1.14) only on a server that
+// has their methods, which a wrapper embedding tfprotov6.ProviderServer
+// hides ("Provider ValidateActionConfig Not Implemented").
+type fullServer interface {
+	tfprotov6.ProviderServer
+	tfprotov6.ListResourceServer
+	tfprotov6.ActionServer
+}
+
+// fullServerOf returns s, which the framework's server always is, as a
+// fullServer.
+func fullServerOf(s tfprotov6.ProviderServer) fullServer {
+	full, ok := s.(fullServer)
+	if !ok {
+		panic(fmt.Sprintf("the framework's provider server %T lacks list resource or action methods", s))
+	}
+	return full
 }
 
 // errTerraformGone ends waits when Terraform has died.

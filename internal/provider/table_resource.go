@@ -728,6 +728,7 @@ func (r *tableResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	r.save(ctx, &plan, stmts, &resp.State, &resp.Diagnostics)
+	setTableIdentity(ctx, resp.Identity, db, table, &resp.Diagnostics)
 }
 
 func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -736,6 +737,7 @@ func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	setTableIdentity(ctx, resp.Identity, state.Database.ValueString(), state.Name.ValueString(), &resp.Diagnostics)
 	ins, err := r.data.inspect(ctx, state.Database.ValueString(), state.Name.ValueString())
 	if err != nil && !databaseGone(err) {
 		resp.Diagnostics.AddError("Cannot read table", err.Error())
@@ -758,6 +760,7 @@ func (r *tableResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	// What the last apply ran is done.
 	state.PlannedDDL = ddlList(nil)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+	setTableIdentity(ctx, resp.Identity, state.Database.ValueString(), state.Name.ValueString(), &resp.Diagnostics)
 }
 
 func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -810,6 +813,7 @@ func (r *tableResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		return
 	}
 	r.save(ctx, &plan, stmts, &resp.State, &resp.Diagnostics)
+	keepTableIdentity(ctx, resp.Identity, db, table, &resp.Diagnostics)
 }
 
 // listStrings returns the elements of a list of strings, and whether the
@@ -918,7 +922,7 @@ func (r *tableResource) ImportState(ctx context.Context, req resource.ImportStat
 	if r.data != nil {
 		defaultDB = r.data.database
 	}
-	db, table, err := parseTableImportID(req.ID, defaultDB)
+	db, table, err := tableToImport(ctx, req, defaultDB)
 	if err != nil {
 		resp.Diagnostics.AddError("Invalid import ID", err.Error())
 		return

@@ -165,7 +165,7 @@ func (tf *terraformCLI) start(ctx context.Context, args ...string) *command {
 	var opts []string
 	switch args[0] {
 	case "version", "show":
-	case "validate":
+	case "validate", "query":
 		opts = []string{"-no-color"}
 	default:
 		opts = []string{"-input=false", "-no-color"}

@@ -1,0 +1,24 @@
+# Ends the lease of whoever holds the lock "nightly-report" now, without
+# asking it (Terraform 1.14 and later):
+#
+#   terraform apply -invoke=action.spannerlock_force_release.nightly_report
+#
+# Its fencing token moves on, so the holder's Guard-fenced writes fail and
+# its Context ends at its next renewal; what it does outside Spanner until
+# then goes on unfenced. Prefer waiting for the TTL when it is short.
+action "spannerlock_force_release" "nightly_report" {
+  config {
+    table = "locks"
+    name  = "nightly-report"
+  }
+}
+
+# One permit of a semaphore (or one worker ID of a pool): its slot, as the
+# spannerlock_leases data source or `spannerlock status` lists it.
+action "spannerlock_force_release" "migration_permit" {
+  config {
+    table = "locks"
+    name  = "migrations"
+    slot  = 2
+  }
+}

@@ -534,7 +534,7 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 			c.log.Info("acquisition committed despite an error", "name", gs[0].name, "token", gs[0].token, "err", err)
 			err, commitTs = nil, at
 		} else {
-			c.outcomeUnknown(s, r, t, gs, deadline)
+			c.outcomeUnknown(s, r, gs, deadline)
 			return nil, time.Time{}, c.st.explain(err)
 		}
 	case err != nil && committing && queued:
@@ -615,7 +615,7 @@ func (c *Client) heldAfter(ctx context.Context, t target, s *session, gs []grant
 // written as expired, which also makes a late insert of it fail). A
 // joiner's grants are left to the keeper, which clears each row that names
 // its grant, until the transaction can no longer land (its deadline).
-func (c *Client) outcomeUnknown(s *session, r role, t target, gs []grant, deadline time.Time) {
+func (c *Client) outcomeUnknown(s *session, r role, gs []grant, deadline time.Time) {
 	if r == create {
 		c.keeper.abandon(s, "the acquisition that created it has an unknown outcome")
 		return

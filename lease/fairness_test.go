@@ -50,15 +50,15 @@ func runContender() {
 		os.Exit(2)
 	}
 	var (
-		mu    sync.Mutex
-		held  = map[string]*lease.Lease{}
-		print = func(format string, args ...any) {
+		mu   sync.Mutex
+		held = map[string]*lease.Lease{}
+		say  = func(format string, args ...any) {
 			mu.Lock()
 			defer mu.Unlock()
 			fmt.Printf(format+"\n", args...)
 		}
 	)
-	print("ready")
+	say("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		verb, name, _ := strings.Cut(in.Text(), " ")
@@ -71,13 +71,13 @@ func runContender() {
 				}
 				l, err := acquire(ctx, name)
 				if err != nil {
-					print("error: %v", err)
+					say("error: %v", err)
 					return
 				}
 				mu.Lock()
 				held[name] = l
 				mu.Unlock()
-				print("granted %s %d", name, l.Token())
+				say("granted %s %d", name, l.Token())
 			}()
 		case "release":
 			mu.Lock()
@@ -85,10 +85,10 @@ func runContender() {
 			delete(held, name)
 			mu.Unlock()
 			if err := l.Release(ctx); err != nil {
-				print("error: %v", err)
+				say("error: %v", err)
 				continue
 			}
-			print("released %s", name)
+			say("released %s", name)
 		}
 	}
 	os.Exit(0)

@@ -76,7 +76,7 @@ func (k *keeper) release(ctx context.Context, ln lane, tag string, s *session, g
 				return false
 			})
 		}
-		handoffs, err := k.handOn(ctx, s, lines, freed, gos)
+		handoffs, err := k.handOn(ctx, s, lines, freed)
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +123,7 @@ func (r *row) names(session string, k leaseKey) bool {
 // waiters of its line. It reads the sessions of those waiters and of the
 // name's other holders outside the transaction, and only for names with
 // waiters.
-func (k *keeper) handOn(ctx context.Context, s *session, lines map[string]*line, freed map[string]bool, gos []letGo) ([]*spanner.Mutation, error) {
+func (k *keeper) handOn(ctx context.Context, s *session, lines map[string]*line, freed map[string]bool) ([]*spanner.Mutation, error) {
 	var writes []*spanner.Mutation
 	j := judge{k: k, self: s.id}
 	for name := range freed {

@@ -51,7 +51,7 @@ func (c *Client) subscribeAll(names []string) (<-chan struct{}, func()) {
 	if len(names) == 1 {
 		return subscribe(c.st.signalKey(names[0]))
 	}
-	any := make(chan struct{})
+	woken := make(chan struct{})
 	stop := make(chan struct{})
 	var unsubs []func()
 	var once sync.Once
@@ -61,12 +61,12 @@ func (c *Client) subscribeAll(names []string) (<-chan struct{}, func()) {
 		go func() {
 			select {
 			case <-ch:
-				once.Do(func() { close(any) })
+				once.Do(func() { close(woken) })
 			case <-stop:
 			}
 		}()
 	}
-	return any, func() {
+	return woken, func() {
 		close(stop)
 		for _, u := range unsubs {
 			u()

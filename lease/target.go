@@ -30,7 +30,7 @@ type target interface {
 	// release handed it, or whether it may take the target now, or what
 	// blocks it (matching ErrNotAcquired) and how long until the first
 	// expiry that may free it.
-	look(c *Client, lines map[string]*line, s *session, place *queueKey) (handed []grant, free bool, blocked error, expiresIn time.Duration)
+	look(c *Client, lines map[string]*line, s *session, place *queueKey) (handed []grant, free bool, expiresIn time.Duration, blocked error)
 	// lock reports whether this is a lock, which a Client holds at most once.
 	lock() bool
 	// kind is spannerlock.kind: lock, permit or worker_id.
@@ -59,8 +59,6 @@ type busy struct {
 	err error
 	// expiresIn is how long until the first lease that blocks it expires.
 	expiresIn time.Duration
-	// local is set when this Client holds the name: closed when that changes.
-	local <-chan struct{}
 }
 
 func (b *busy) Error() string { return b.err.Error() }
@@ -268,7 +266,7 @@ func (t lockTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
 	return readRow(ctx, c.st.db.Single(), c.st.sql, g.name)
 }
 
-func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, error, time.Duration) {
+func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, time.Duration, error) {
 	// Handed on: every name names s with a grant this Client does not hold
 	// (it holds a name at most once, and is acquiring these).
 	var handed []grant
@@ -283,19 +281,19 @@ func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *q
 		}
 	}
 	if len(handed) == len(t.lockNames) {
-		return handed, false, nil, 0
+		return handed, false, 0, nil
 	}
 	for _, name := range t.lockNames {
 		l := lines[name]
 		c.noteSessions(l)
 		if err := t.blocker(c, l, place); err != nil {
 			if errors.Is(err, errCompleted) {
-				return nil, true, nil, 0 // the attempt says so
+				return nil, true, 0, nil // the attempt says so
 			}
-			return nil, false, err, l.soonest(t.shared)
+			return nil, false, l.soonest(t.shared), err
 		}
 	}
-	return nil, true, nil, 0
+	return nil, true, 0, nil
 }
 
 // slotTarget is one permit of a semaphore, or one ID of a worker pool.
@@ -493,18 +491,18 @@ func (t slotTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
 	return readPermitRow(ctx, c.st.db.Single(), c.st.sql, t.pool, g.slot)
 }
 
-func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, error, time.Duration) {
+func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, time.Duration, error) {
 	l := lines[t.pool]
 	c.noteSessions(l)
 	if t.workers && !l.row.found {
-		return nil, true, nil, 0
+		return nil, true, 0, nil
 	}
 	if place != nil {
 		// Handed on: a permit naming s that this Client does not hold.
 		for _, r := range l.permits {
 			if c.keeper.handedTo(s, &r) {
 				return []grant{{name: t.pool, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
-					acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}}, false, nil, 0
+					acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}}, false, 0, nil
 			}
 		}
 	}
@@ -512,13 +510,13 @@ func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *q
 	p, err := t.plan(st, maxReap)
 	switch {
 	case err != nil:
-		return nil, false, err, 0
+		return nil, false, 0, err
 	case p.full && !p.reapOnly:
-		return nil, false, fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool), st.soonest().remaining()
+		return nil, false, st.soonest().remaining(), fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
 	case l.ahead(c.keeper.owns, false, place):
-		return nil, false, errWaitersAhead(t.pool), st.soonest().remaining()
+		return nil, false, st.soonest().remaining(), errWaitersAhead(t.pool)
 	}
-	return nil, true, nil, 0
+	return nil, true, 0, nil
 }
 
 // noteSessions remembers the sessions that a read outside transactions

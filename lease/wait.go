@@ -101,7 +101,7 @@ func (w *waiter) untilTurn(ctx context.Context, t target, s *session, place *que
 		case err != nil:
 			return nil, false, w.c.st.explain(err)
 		}
-		handed, free, blocked, in := t.look(w.c, lines, s, place)
+		handed, free, in, blocked := t.look(w.c, lines, s, place)
 		switch {
 		case handed != nil:
 			done, ok := w.c.keeper.claim(grantIDs(handed)...)
@@ -192,13 +192,4 @@ func backoff(attempt int, limit time.Duration) time.Duration {
 		d = min(limit, 25*time.Millisecond<<attempt)
 	}
 	return d + time.Duration(rand.Int64N(int64(d/4)+1))
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }

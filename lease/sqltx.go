@@ -33,10 +33,11 @@ import (
 // spannerdriver.RunTransaction, call GuardSQL inside the function, as
 // Guard is called inside spanner.Client.ReadWriteTransaction's.
 //
-// GuardSQL needs nothing of the driver but database/sql. It is tested with
-// go-sql-spanner v1.23.0, the newest release that requires no newer
-// cloud.google.com/go/spanner than v1.87.0; later releases require newer
-// clients and work the same.
+// GuardSQL uses nothing of the driver but database/sql. It is tested with
+// go-sql-spanner v1.22.0, on cloud.google.com/go/spanner v1.87.0 (v1.22.0
+// and v1.23.0 require that client; v1.24.0 and later require v1.88.0 or
+// later, which the emulator these tests run on cannot serve, and are not
+// tested).
 func (l *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 	return l.guard(ctx, func() (bool, error) { return l.namedSQL(ctx, tx) })
 }

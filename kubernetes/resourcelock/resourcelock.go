@@ -123,10 +123,13 @@ func New(db *spanner.Client, table, name, identity string, opts ...Option) (*Loc
 	for _, o := range opts {
 		o(l)
 	}
-	// Reject a bad table name now rather than at the first election.
-	if _, err := lease.NewClient(db, table); err != nil {
+	// Get's client until the first acquisition; it also rejects a bad table
+	// name now rather than at the first election.
+	c, err := lease.NewClient(db, table)
+	if err != nil {
 		return nil, fmt.Errorf("resourcelock: New: %w", err)
 	}
+	l.readOnly = c
 	return l, nil
 }
 
@@ -139,11 +142,7 @@ type record struct {
 // Get returns the lease's live holder as a record, or a Kubernetes NotFound
 // error when no one holds it.
 func (l *Lock) Get(ctx context.Context) (*rl.LeaderElectionRecord, []byte, error) {
-	c, err := l.reader()
-	if err != nil {
-		return nil, nil, err
-	}
-	h, err := c.Holder(ctx, l.name)
+	h, err := l.reader().Holder(ctx, l.name)
 	if errors.Is(err, lease.ErrNoHolder) {
 		return nil, nil, apierrors.NewNotFound(resource, l.name)
 	}
@@ -254,20 +253,13 @@ func (l *Lock) clientLocked(ttl time.Duration) (*lease.Client, error) {
 
 // reader is the client Get reads with: the lock's own, or, before its first
 // acquisition, one that never acquires.
-func (l *Lock) reader() (*lease.Client, error) {
+func (l *Lock) reader() *lease.Client {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.client != nil {
-		return l.client, nil
+		return l.client
 	}
-	if l.readOnly == nil {
-		c, err := lease.NewClient(l.db, l.table)
-		if err != nil {
-			return nil, fmt.Errorf("resourcelock: %s: %w", l.Describe(), err)
-		}
-		l.readOnly = c
-	}
-	return l.readOnly, nil
+	return l.readOnly
 }
 
 // Lease returns the lease while this lock holds it, else nil: its Token is

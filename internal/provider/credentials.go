@@ -141,17 +141,9 @@ func (s credentialSettings) clientOptions(context.Context) ([]option.ClientOptio
 		base = auth.NewCredentials(&auth.CredentialsOptions{TokenProvider: staticToken(s.accessToken)})
 	case s.credentialsJSON != nil:
 		var err error
-		// The configuration names its own type ("service_account",
-		// "authorized_user", "external_account", ...); the library checks
-		// the JSON against it.
-		var kind struct {
-			Type string `json:"type"`
-		}
-		if err = json.Unmarshal(s.credentialsJSON, &kind); err == nil {
-			base, err = credentials.NewCredentialsFromJSON(credentials.CredType(kind.Type), s.credentialsJSON,
-				&credentials.DetectOptions{Scopes: []string{cloudPlatformScope}})
-		}
-		if err != nil {
+		if base, err = credentials.DetectDefault(&credentials.DetectOptions{
+			Scopes: []string{cloudPlatformScope}, CredentialsJSON: s.credentialsJSON,
+		}); err != nil {
 			detail := fmt.Sprintf("The credential configuration cannot be used: %v", err)
 			if s.credentialsFromEnv {
 				detail += " (it comes from the GOOGLE_CREDENTIALS environment variable)"

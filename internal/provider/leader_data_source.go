@@ -113,7 +113,7 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	}
 	table, name := m.Table.ValueString(), m.Name.ValueString()
 	h, sem, err := d.holder(ctx, db, table, name)
-	held := err == nil
+	held := err == nil && sem == nil
 	if err != nil && !errors.Is(err, lease.ErrNoHolder) {
 		resp.Diagnostics.AddError("Cannot read lease", fmt.Sprintf("reading lease %q in table %s: %v", name, table, err))
 		return
@@ -140,21 +140,22 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
 }
 
-// holder is lease.Client.Holder itself, not a copy of its query. A name
-// without a holder may be a semaphore's, which sem then describes.
+// holder is lease.Client.Holder itself, not a copy of its query. A
+// semaphore's name has no single holder: sem then describes the semaphore,
+// and err is nil. Another kind of name (a worker-ID pool's) is lease's
+// error, which says what it is.
 func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (h lease.Holder, sem *lease.Semaphore, err error) {
 	err = d.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
 		var err error
-		if h, err = lc.Holder(ctx, name); !errors.Is(err, lease.ErrNoHolder) && !errors.Is(err, lease.ErrWrongKind) {
+		if h, err = lc.Holder(ctx, name); !errors.Is(err, lease.ErrWrongKind) {
 			return err
 		}
-		// Holder calls a semaphore's name the wrong kind of lease: it has
-		// no single holder, which is what held = false says.
-		if s, serr := lc.Semaphore(ctx, name); serr == nil {
-			sem = &s
-			return fmt.Errorf("%w: %q is a semaphore", lease.ErrNoHolder, name)
+		s, serr := lc.Semaphore(ctx, name)
+		if serr != nil {
+			return err
 		}
-		return err
+		sem = &s
+		return nil
 	})
 	return h, sem, err
 }

@@ -159,7 +159,7 @@ func (r *leaseEphemeralResource) Open(ctx context.Context, req ephemeral.OpenReq
 		return
 	}
 	table, name := m.Table.ValueString(), m.Name.ValueString()
-	if r.createdByThisApply(ctx, db, table) {
+	if r.changedByThisApply(ctx, db, table) {
 		notHeld()
 		return
 	}
@@ -224,16 +224,17 @@ func (r *leaseEphemeralResource) Open(ctx context.Context, req ephemeral.OpenReq
 	resp.Diagnostics.Append(resp.Result.Set(ctx, m)...)
 }
 
-// createdByThisApply reports that table does not exist yet because the plan
-// being made creates it (spannerlock_table.<name>.name makes Terraform open
-// the lease after planning the table). Only the plan sees it so: the apply
-// opens the lease again after creating the table.
-func (r *leaseEphemeralResource) createdByThisApply(ctx context.Context, db, table string) bool {
-	if !r.data.planned.has(db, table) {
+// changedByThisApply reports that table cannot hold a lease yet because the
+// plan being made creates it, or migrates it to the schema version the lease
+// package needs (spannerlock_table.<name>.name makes Terraform open the
+// lease after planning the table). Only the plan sees it so: the apply opens
+// the lease again after creating or migrating the table.
+func (r *leaseEphemeralResource) changedByThisApply(ctx context.Context, db, table string) bool {
+	if !r.data.planned.changes(db, table) {
 		return false
 	}
 	ins, err := r.data.inspect(ctx, db, table)
-	return databaseGone(err) || err == nil && !ins.Exists
+	return databaseGone(err) || err == nil && (!ins.Exists || ins.Version < locktable.Latest)
 }
 
 // acquire takes the lease, waiting up to wait while another holder has it,

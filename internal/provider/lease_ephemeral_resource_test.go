@@ -295,6 +295,67 @@ resource "terraform_data" "deploy" {
 	apply.finish().ok(t)
 }
 
+// The same, with a table that exists at an older schema version than the
+// lease package needs (a provider upgrade brings a migration): the plan
+// holds nothing in a table it migrates, rather than failing on a column the
+// migration adds, which would keep the migration from ever being applied;
+// the apply migrates the table, then takes the lease.
+func TestAccLeaseEphemeralResource_tableMigratedByTheSameApply(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceTableMigratedByTheSameApply)
+}
+
+func testAccLeaseEphemeralResourceTableMigratedByTheSameApply(t *testing.T, d locktable.Dialect) {
+	db, prov := accDatabaseIn(t, d, d.DDLAt("locks", locktable.Latest-1)...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	dir := t.TempDir()
+	tf.write(prov + fmt.Sprintf(`
+import {
+  to = spannerlock_table.locks
+  id = "locks"
+}
+
+resource "spannerlock_table" "locks" {
+  name                = "locks"
+  deletion_protection = false
+}
+
+ephemeral "spannerlock_lease" "deploy" {
+  table     = spannerlock_table.locks.name
+  name      = "deploy"
+  holder_id = "pipeline-1"
+}
+
+resource "terraform_data" "deploy" {
+  provisioner "local-exec" {
+    command = %q
+    environment = {
+      TOKEN = ephemeral.spannerlock_lease.deploy.token
+    }
+  }
+}
+`, blockingCommand(dir)))
+
+	tf.run(ctx, "plan", "-json").ok(t).plans(t, map[string]string{tableAddress: "update", "terraform_data.deploy": "create"})
+	apply := startApply(ctx, t, tf, dir)
+	token := apply.token(ctx)
+	if token != 1 {
+		t.Errorf("the apply's token is %d; want 1: the plans acquired nothing in a table they migrate", token)
+	}
+	if h, err := appClient(t, sc, "observer").Holder(ctx, "deploy"); err != nil || h.HolderID != "pipeline-1" || h.Token != token {
+		t.Errorf("while the apply runs, the holder of deploy is %+v, %v; want pipeline-1 with token %d", h, err, token)
+	}
+	apply.finish().ok(t)
+	// The table is current now: the next plan holds the lease again.
+	tf.run(ctx, "plan", "-json").ok(t)
+	if next := holdLease(t, sc, "deploy", "next"); next.Token() != token+2 {
+		t.Errorf("after the apply and another plan, deploy's next token is %d; want %d: the plan of a current table takes the lease",
+			next.Token(), token+2)
+	}
+}
+
 // Two spannerlock_lease of one configuration on one lease would wait for
 // each other for the whole wait: the second fails at once, saying why.
 func TestAccLeaseEphemeralResource_sameLeaseTwice(t *testing.T) {

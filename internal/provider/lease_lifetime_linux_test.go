@@ -72,15 +72,57 @@ func testAccLeaseEphemeralResourceTerraformKilled(t *testing.T, d locktable.Dial
 		t.Fatalf("while the apply runs, the holder of deploy is %+v, %v; want the apply's token %d", h, err, token)
 	}
 	providers := tf.providerPIDs()
+	killed := time.Now()
 	apply.signal(syscall.SIGKILL)
 	apply.wait()
 
 	released(ctx, t, observer, "deploy")
-	for _, pid := range providers {
+	t.Logf("the lease was free %s after terraform was killed", time.Since(killed).Round(time.Millisecond))
+	providersGone(ctx, t, providers, "after terraform was killed")
+}
+
+// providersGone waits until every provider process in pids has exited. One
+// that does not is killed when the test ends, so that a failure leaves no
+// orphan behind (the test kills terraform's process group only while
+// terraform runs).
+func providersGone(ctx context.Context, t *testing.T, pids []int, what string) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			if !processGone(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	for _, pid := range pids {
 		waitUntil(ctx, t, func() (bool, string) {
-			return processGone(pid), fmt.Sprintf("provider process %d still runs after terraform was killed", pid)
+			return processGone(pid), fmt.Sprintf("provider process %d still runs %s", pid, what)
 		})
 	}
+}
+
+// Terraform killed while its provider waits for a lease another holder
+// has: the wait must not outlive Terraform, neither as a process nor as an
+// acquisition that spends a token once the other holder lets go.
+func TestAccLeaseEphemeralResource_terraformKilledWhileWaiting(t *testing.T) {
+	t.Parallel()
+	db, prov := accDatabase(t, locktable.DDL("locks")...)
+	sc := emulator.Client(t, db)
+	tf := newTerraformCLI(t)
+	ctx := cliContext(t)
+	tf.require(ctx, tfversion.Version1_10_0)
+	held := holdLease(t, sc, "deploy", "other-pipeline")
+	tf.write(leaseConfig(prov, `  wait = "1h"`+"\n", "true"))
+
+	run := tf.start(ctx, "apply", "-auto-approve", "-json")
+	run.waitForOpens(ctx, 1)
+	providers := tf.providerPIDs()
+	killed := time.Now()
+	run.signal(syscall.SIGKILL)
+	run.wait()
+	providersGone(ctx, t, providers, "waiting for the lease after terraform was killed")
+	t.Logf("the provider exited %s after terraform was killed", time.Since(killed).Round(time.Millisecond))
+	noTokenSpent(ctx, t, sc, held)
 }
 
 // exited waits until the command and every provider process it started
@@ -212,6 +254,8 @@ func TestAccLeaseEphemeralResource_releasedWhenTheRunEnds(t *testing.T) {
 		{name: "ctrl_c", interrupt: syscall.SIGINT, group: true},
 		{name: "sigint", interrupt: syscall.SIGINT},
 		{name: "sigterm", interrupt: syscall.SIGTERM},
+		// The terminal closed: its hangup reaches the provider too.
+		{name: "terminal_closed", interrupt: syscall.SIGHUP, group: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

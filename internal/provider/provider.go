@@ -79,8 +79,9 @@ type providerData struct {
 	// pending then names the attribute that is unknown.
 	conns   *connections
 	pending string
-	// planned are the tables this plan creates, so that checks of other
-	// resources can tell a table that is missing from one that is coming.
+	// planned are the tables this plan creates or changes, so that checks of
+	// other resources can tell a table that is missing, or not at the latest
+	// version, from one that is coming.
 	planned plannedTables
 	// leases is the provider's registry of open ephemeral leases.
 	leases *leaseRegistry

@@ -45,8 +45,12 @@ type semaphoreModel struct {
 	Permits types.Number `tfsdk:"permits"`
 }
 
-// permits returns the validated limit.
+// permits returns the validated limit, or 0 when it is not known (an
+// import that could not read it yet).
 func (m semaphoreModel) permits() int64 {
+	if m.Permits.IsNull() || m.Permits.IsUnknown() {
+		return 0
+	}
 	n, _ := m.Permits.ValueBigFloat().Int64()
 	return n
 }
@@ -221,7 +225,9 @@ func (r *semaphoreResource) tableReady(ctx context.Context, db, table string, di
 // and reports whether it did. An error there would fail every plan, the one
 // in which spannerlock_table repairs the table included; the semaphore is
 // read again once the table is repaired.
-func (r *semaphoreResource) unreadable(ctx context.Context, db, table, name string, err error, diags *diag.Diagnostics) bool {
+//
+// An import has nothing to keep: it fails, saying to apply the table first.
+func (r *semaphoreResource) unreadable(ctx context.Context, db, table, name string, err error, importing bool, diags *diag.Diagnostics) bool {
 	ins, inspectErr := r.data.inspect(ctx, db, table)
 	if inspectErr != nil || !ins.Exists || ins.Current() {
 		return false
@@ -230,6 +236,12 @@ func (r *semaphoreResource) unreadable(ctx context.Context, db, table, name stri
 	fmt.Fprintf(&b, "Semaphore %q in table %s cannot be read: %v\n\nTable %s differs from spannerlock's schema:\n", name, table, err, table)
 	for _, d := range ins.Diffs {
 		fmt.Fprintf(&b, "  - %s\n", d)
+	}
+	if importing {
+		fmt.Fprintf(&b, "\nApply the spannerlock_table resource for table %s first, which migrates or repairs it (for example "+
+			"terraform apply -target=spannerlock_table.<name>), then import the semaphore.", table)
+		diags.AddAttributeError(path.Root("table"), "Cannot import semaphore", b.String())
+		return true
 	}
 	b.WriteString("\nTerraform keeps what it last knew of the semaphore. A spannerlock_table resource for the table repairs " +
 		"what can be repaired when it is applied (see its plan); the semaphore is read again after that.")
@@ -244,7 +256,7 @@ func (r *semaphoreResource) refuseDeclared(ctx context.Context, db, table, name 
 	s, err := readSemaphore(ctx, r.data, db, table, name)
 	switch {
 	case errors.Is(err, lease.ErrUnknownSemaphore):
-	case err != nil && r.unreadable(ctx, db, table, name, err, diags):
+	case err != nil && r.unreadable(ctx, db, table, name, err, false, diags):
 	case err != nil:
 		diags.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))
 	default:
@@ -348,8 +360,9 @@ func (r *semaphoreResource) Read(ctx context.Context, req resource.ReadRequest, 
 		// the next plan declares it again.
 		resp.State.RemoveResource(ctx)
 		return
-	case err != nil && r.unreadable(ctx, db, table, name, err, &resp.Diagnostics):
-		// Kept as it was, so that the table's plan can repair its table.
+	case err != nil && r.unreadable(ctx, db, table, name, err, state.Permits.IsNull(), &resp.Diagnostics):
+		// Kept as it was, so that the table's plan can repair its table;
+		// an import (no permits known yet) fails instead.
 		return
 	case err != nil:
 		resp.Diagnostics.AddError("Cannot read semaphore", semaphoreFailure(table, name, err))

@@ -434,14 +434,16 @@ func warnReplacement(state, plan tableModel, why replacement, diags *diag.Diagno
 
 // plannedTables are the lock tables of a plan, by database: those its
 // spannerlock_table resources manage, so that two resources never manage
-// one table, and those it creates, so that a table can be checked against
-// the others created with it, and a semaphore or a lease can tell a table
-// that is missing from one this plan creates. Names compare regardless of
-// letter case, as Spanner compares them.
+// one table; those it creates, so that a table can be checked against the
+// others created with it, and a semaphore or a lease can tell a table that
+// is missing from one this plan creates; and those it migrates or repairs,
+// so that a lease can tell a table it cannot use yet from one it never
+// will. Names compare regardless of letter case, as Spanner compares them.
 type plannedTables struct {
 	mu      sync.Mutex
 	created map[string][]string
 	managed map[string][]string
+	changed map[string][]string
 }
 
 // manage records that a resource of the plan manages table in db, and
@@ -479,6 +481,26 @@ func (p *plannedTables) has(db, table string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return containsFold(p.created[db], table)
+}
+
+// change records that the plan runs statements on table in db, which exists.
+func (p *plannedTables) change(db, table string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = map[string][]string{}
+	}
+	if !containsFold(p.changed[db], table) {
+		p.changed[db] = append(p.changed[db], table)
+	}
+}
+
+// changes reports whether the plan creates table in db, or runs statements
+// on it.
+func (p *plannedTables) changes(db, table string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return containsFold(p.created[db], table) || containsFold(p.changed[db], table)
 }
 
 func containsFold(names []string, name string) bool {
@@ -595,6 +617,7 @@ func (r *tableResource) planChanges(ctx context.Context, db string, plan *tableM
 	}
 	plan.SchemaVersion = types.Int64Value(int64(locktable.Latest))
 	plan.PlannedDDL = ddlList(stmts)
+	r.data.planned.change(db, table)
 	// Unknown rather than empty: what a refresh after the apply finds.
 	plan.PendingDDL = types.ListUnknown(types.StringType)
 

@@ -388,6 +388,7 @@ func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
 		}
 		var holder *modelTxn
 		var on modelRow
+		var holderDeadline time.Time // read under m.mu: extend moves it
 		for _, o := range m.txns {
 			if o == t || o.ended {
 				continue
@@ -400,21 +401,24 @@ func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
 			}
 			if r, ok := o.locks(t.writes); ok {
 				if o.began.Before(t.began) {
-					holder, on = o, r
+					holder, on, holderDeadline = o, r, o.deadline
 					break
 				}
 				o.endLocked(true) // wounded: the older writer goes first
 			}
+		}
+		var w modelWait
+		if holder != nil {
+			w = modelWait{waiter: t.tag, holder: holder.tag, row: on}
 		}
 		m.mu.Unlock()
 		if holder == nil {
 			return nil
 		}
 		began := time.Now()
-		w := modelWait{waiter: t.tag, holder: holder.tag, row: on}
 		var holderGone <-chan time.Time
-		if !holder.deadline.IsZero() {
-			timer := time.NewTimer(time.Until(holder.deadline))
+		if !holderDeadline.IsZero() {
+			timer := time.NewTimer(time.Until(holderDeadline))
 			defer timer.Stop()
 			holderGone = timer.C
 		}

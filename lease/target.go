@@ -287,8 +287,8 @@ func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *q
 		l := lines[name]
 		c.noteSessions(l)
 		if err := t.blocker(c, l, place); err != nil {
-			if errors.Is(err, errCompleted) {
-				return nil, true, 0, nil // the attempt says so
+			if errors.Is(err, errCompleted) || errors.Is(err, ErrTooManyFailures) || errors.Is(err, ErrWrongKind) {
+				return nil, true, 0, nil // not a wait: the attempt says so
 			}
 			return nil, false, l.soonest(t.shared), err
 		}

@@ -120,7 +120,8 @@ func otherHolders(ctx context.Context, c *conn, name string) ([]any, error) {
 	switch {
 	case err == nil:
 		return nil, exitWith(exitNoHolder, "nobody holds a permit of semaphore %s in table %s (0 of %d in use)", quote(name), c.table, s.Permits)
-	case !errors.Is(err, lease.ErrUnknownSemaphore):
+	case !errors.Is(err, lease.ErrUnknownSemaphore) && !errors.Is(err, lease.ErrWrongKind):
+		// ErrWrongKind: a lock's (or a pool's) row by that name, not held.
 		return nil, err
 	}
 	return nil, exitWith(exitNoHolder, "nobody holds %s in table %s (no lock, semaphore permit, worker ID or run-once slot by that name is held)",

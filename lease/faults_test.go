@@ -252,7 +252,7 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 	}
 	r := rpc{method: method, tag: f.tagOf(req)}
 	k := f.decide(ctx, r)
-	p := f.model.before(ctx, req, r.tag)
+	p := f.model.before(ctx, req, r.tag, cc)
 	if p.refuse != nil {
 		return p.refuse
 	}
@@ -340,7 +340,7 @@ type faultyStream struct {
 func (s *faultyStream) SendMsg(m any) error {
 	r := rpc{method: s.method, tag: s.f.tagOf(m)}
 	s.fault = s.f.decide(s.ctx, r)
-	s.p = s.f.model.before(s.ctx, m, r.tag)
+	s.p = s.f.model.before(s.ctx, m, r.tag, s.cc)
 	if s.p.refuse != nil {
 		s.failed = s.p.refuse
 		return nil //nolint:nilerr // as in gRPC, a stream's error surfaces when the caller reads

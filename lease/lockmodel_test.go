@@ -71,6 +71,12 @@ type modelTxn struct {
 	// stuck is set when a fault cut the transaction off from Spanner: its
 	// later RPCs are not sent and its locks last until its deadline.
 	stuck bool
+	// cc reaches the emulator, to roll the transaction back there when the
+	// model ends it at its deadline.
+	cc grpc.ClientConnInterface
+	// heldUntil is when the model ended it at its deadline, with its locks
+	// held to the end: nobody committed or rolled it back.
+	heldUntil time.Time
 }
 
 // modelRow is a row, or a set of rows, of one table: key "" is the whole
@@ -175,10 +181,24 @@ type pending struct {
 // before records a request about to be sent. For a Commit it waits while
 // an older transaction holds a lock on a row the Commit writes, and wounds
 // younger ones; it returns an error when the RPC must fail unsent.
-func (m *lockModel) before(ctx context.Context, req any, tag string) pending {
+func (m *lockModel) before(ctx context.Context, req any, tag string, cc grpc.ClientConnInterface) pending {
 	if m == nil {
 		return pending{}
 	}
+	p := m.record(ctx, req, tag)
+	if p.txn != nil {
+		m.mu.Lock()
+		if p.txn.cc == nil {
+			p.txn.cc = cc
+			m.expireAtDeadline(p.txn)
+		}
+		m.mu.Unlock()
+	}
+	return p
+}
+
+// record is before without the emulator connection.
+func (m *lockModel) record(ctx context.Context, req any, tag string) pending {
 	deadline, _ := ctx.Deadline()
 	switch r := req.(type) {
 	case *spannerpb.ExecuteSqlRequest, *spannerpb.ReadRequest, *spannerpb.ExecuteBatchDmlRequest:
@@ -359,8 +379,67 @@ func (m *lockModel) stick(p pending, cc grpc.ClientConnInterface) {
 	time.AfterFunc(max(d, 0), func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		t.endLocked(true)
+		t.expireLocked()
 	})
+}
+
+// expireAtDeadline ends t at its deadline if nothing else has by then, on
+// the emulator too: a transaction whose Commit or Rollback never reached
+// it, or whose ID its client never learnt (the reply of the statement that
+// began it was lost), would otherwise stay open there, making the
+// emulator refuse or hold up every other for as long as it keeps it,
+// where the model (and this package's guarantees) take Spanner to end it
+// at its deadline. m.mu is held.
+func (m *lockModel) expireAtDeadline(t *modelTxn) {
+	if t.deadline.IsZero() {
+		return
+	}
+	time.AfterFunc(time.Until(t.deadline), func() {
+		m.mu.Lock()
+		switch {
+		case t.ended:
+			m.mu.Unlock()
+			return
+		case time.Now().Before(t.deadline): // a later RPC extended it
+			m.expireAtDeadline(t)
+			m.mu.Unlock()
+			return
+		}
+		t.expireLocked()
+		id, session, cc := t.id, t.session, t.cc
+		m.mu.Unlock()
+		if id == "" || cc == nil || strings.HasPrefix(id, "single-use-") {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), unfaulted{}, true), 5*time.Second)
+		defer cancel()
+		_, _ = spannerpb.NewSpannerClient(cc).Rollback(ctx, &spannerpb.RollbackRequest{Session: session, TransactionId: []byte(id)})
+	})
+}
+
+// expireLocked ends t at its deadline, its locks held to the end; m.mu is
+// held.
+func (t *modelTxn) expireLocked() {
+	if t.ended {
+		return
+	}
+	t.heldUntil = time.Now()
+	t.endLocked(true)
+}
+
+// lockedUntil returns the latest moment a transaction that nobody ended
+// held a shared lock on row until its deadline (zero if none did): until
+// then no writer of the row could commit.
+func (m *lockModel) lockedUntil(row modelRow) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var until time.Time
+	for _, t := range m.txns {
+		if _, ok := t.locks([]modelRow{row}); ok && t.heldUntil.After(until) {
+			until = t.heldUntil
+		}
+	}
+	return until
 }
 
 // unfaulted marks a context whose RPCs the faults interceptor passes
@@ -396,7 +475,7 @@ func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
 			if !o.deadline.IsZero() && time.Now().After(o.deadline) {
 				// Its client gave up on it: whatever its end, Spanner has
 				// ended it (or aborts it as idle), as the model assumes.
-				o.endLocked(true)
+				o.expireLocked()
 				continue
 			}
 			if r, ok := o.locks(t.writes); ok {

@@ -68,8 +68,8 @@
 //
 // No transaction holds up a renewal. On Spanner a read-write transaction
 // keeps a shared lock on every row it read until it ends, which for one
-// whose Commit or Rollback is lost in the network is its deadline, and a
-// younger writer of that row waits. So no read-write transaction reads a
+// whose Commit or Rollback is lost in the network is when Spanner aborts it
+// as idle (about 10 s), and a younger writer of that row waits. So no read-write transaction reads a
 // session row: acquisitions, releases and Guard learn whether a session is
 // live from strong reads outside their transactions, which take no lock,
 // and every write of a session row (its creation, renewals, the write that
@@ -126,7 +126,14 @@
 // that may have been under way, after its owner let go: a Release,
 // including one that failed; a Campaign that stepped down or ended; a
 // RunOnce that finished or panicked; an acquisition whose outcome was never
-// learnt; or Close. A lease let go is no longer renewed. A session that
+// learnt; or Close. Its row is cleared by the release or else by the
+// Client, in a transaction of its own retried at every renewal, or it
+// expires with the session. One exception on Spanner: when a transaction
+// that read the row (the release itself, or another Client's acquisition)
+// is left holding its lock because its reply was lost after Spanner began
+// it, the row can be cleared only once Spanner aborts that idle
+// transaction, about 10 s later, and is free a TTL and one renewal after
+// that at the latest. A session that
 // ends without Spanner having said so (its deadline passed) is written as
 // expired in the background, so its leases are free for others at once.
 //

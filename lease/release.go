@@ -61,9 +61,11 @@ func (g letGo) clear(sql statements) *spanner.Mutation {
 // was already lost returns an error matching ErrLeaseLost; after a
 // successful or lost Release, further calls return nil.
 //
-// The lease is no longer renewed once Release is called. If the release
-// does not reach Spanner (Release returns its error), the Client's next
-// renewal releases it; failing that, it expires within the TTL.
+// The lease counts as released once Release is called. If the release
+// does not reach Spanner (Release returns its error), the Client clears
+// the row in the background, retrying at every renewal, so that others can
+// take the name within a TTL and one renewal interval (see the package
+// documentation for the one exception on Spanner).
 func (l *Lease) Release(ctx context.Context) error {
 	return l.traced(ctx, "Release", false, "Release")
 }
@@ -168,13 +170,7 @@ func (c *Client) letGoAll(ctx context.Context, s *session, gos []letGo, op strin
 	defer rcancel()
 	outcome, result := outcomeReleased, error(nil)
 	for _, g := range gos {
-		var r row
-		var rerr error
-		if g.slot == lockSlot {
-			r, rerr = readRow(rctx, c.st.db.Single(), c.st.sql, g.name)
-		} else {
-			r, rerr = readPermitRow(rctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
-		}
+		r, rerr := readKeyRow(rctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
 		switch {
 		case rerr == nil && r.heldBy(s.id, g.token, g.grant):
 		case rerr == nil && g.complete && !r.completedWith(g.token):
@@ -190,8 +186,8 @@ func (c *Client) letGoAll(ctx context.Context, s *session, gos []letGo, op strin
 		}
 		c.keeper.letGoLater(s, g)
 		if outcome != outcomeDeferred {
-			outcome, result = outcomeDeferred, fmt.Errorf("lease: %s %q: %w; it is no longer renewed: the Client clears it in the background, or it expires within %s",
-				op, g.name, c.st.explain(err), c.cfg.ttl)
+			outcome, result = outcomeDeferred, fmt.Errorf("lease: %s %q: %w; the Client clears it in the background",
+				op, g.name, c.st.explain(err))
 		}
 	}
 	return outcome, result

@@ -114,11 +114,7 @@ func TestAcquireAllRefusesASemaphoreName(t *testing.T) {
 
 func TestGuardRejectsALostSharedLease(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		sc := emulator.Client(t, db)
-		_, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
-		fatalIf(t, err, "seed counter")
+		ctx, db, sc := counterDatabase(t)
 		c := newClientWith(t, sc, lease.WithTTL(time.Minute))
 		l, err := c.TryAcquireShared(ctx, "counter")
 		fatalIf(t, err, "TryAcquireShared")

@@ -182,14 +182,8 @@ func inLine(t *testing.T, ctx context.Context, c *lease.Client, name string, hol
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ws, err := c.Waiters(ctx)
+		line, err := lineOf(ctx, c, name)
 		fatalIf(t, err, "Waiters")
-		var line []string
-		for _, w := range ws {
-			if w.Name == name {
-				line = append(line, w.HolderID)
-			}
-		}
 		if slices.Equal(line, holders) {
 			return
 		}
@@ -198,6 +192,21 @@ func inLine(t *testing.T, ctx context.Context, c *lease.Client, name string, hol
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lineOf returns the holder IDs in name's line, first come first.
+func lineOf(ctx context.Context, c *lease.Client, name string) ([]string, error) {
+	ws, err := c.Waiters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var line []string
+	for _, w := range ws {
+		if w.Name == name {
+			line = append(line, w.HolderID)
+		}
+	}
+	return line, nil
 }
 
 func TestWaitersInOtherProcessesAreServedInTheOrderTheyCame(t *testing.T) {

@@ -147,6 +147,15 @@ func readRow(ctx context.Context, q querier, sql statements, name string) (row, 
 	return r, err
 }
 
+// readKeyRow reads, outside transactions, the lock or permit row that a
+// lease of name in slot (lockSlot for a lock) lives in.
+func readKeyRow(ctx context.Context, q querier, sql statements, name string, slot int64) (row, error) {
+	if slot == lockSlot {
+		return readRow(ctx, q, sql, name)
+	}
+	return readPermitRow(ctx, q, sql, name, slot)
+}
+
 // readPermitRow is the one read of a permit row outside transactions.
 func readPermitRow(ctx context.Context, q querier, sql statements, name string, slot int64) (row, error) {
 	r := row{name: name}

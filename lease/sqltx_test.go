@@ -56,6 +56,17 @@ func sqlGuardedIncrement(ctx context.Context, t testing.TB, sdb *sql.DB, l *leas
 	})
 }
 
+// counterDatabase is a new database with the lock table and a counters
+// table holding counter "c" at 0, and a Spanner client on it.
+func counterDatabase(t *testing.T) (ctx context.Context, db string, sc *spanner.Client) {
+	t.Helper()
+	ctx = emulator.Context(t)
+	db = newDatabase(t, counterDDL(t))
+	sc = emulator.Client(t, db)
+	seedCounter(t, ctx, sc)
+	return ctx, db, sc
+}
+
 func seedCounter(t *testing.T, ctx context.Context, sc *spanner.Client) {
 	t.Helper()
 	_, err := sc.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
@@ -72,10 +83,7 @@ func readCounter(t *testing.T, ctx context.Context, sc *spanner.Client) (value, 
 
 func TestGuardSQLAcceptsTheHoldersWrite(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		sc := emulator.Client(t, db)
-		seedCounter(t, ctx, sc)
+		ctx, db, sc := counterDatabase(t)
 		c := newClientWith(t, sc)
 		l := mustAcquire(t, ctx, c, "counter")
 
@@ -96,10 +104,7 @@ func TestGuardSQLAcceptsTheHoldersWrite(t *testing.T) {
 
 func TestGuardSQLRejectsALostLease(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		sc := emulator.Client(t, db)
-		seedCounter(t, ctx, sc)
+		ctx, db, sc := counterDatabase(t)
 		// A renewal interval far away, so only GuardSQL can notice the theft.
 		a := newClientWith(t, sc, lease.WithTTL(time.Minute))
 		l := mustAcquire(t, ctx, a, "counter")
@@ -119,10 +124,7 @@ func TestGuardSQLRejectsALostLease(t *testing.T) {
 
 func TestGuardSQLRejectsAnExpiredSession(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		sc := emulator.Client(t, db)
-		seedCounter(t, ctx, sc)
+		ctx, db, sc := counterDatabase(t)
 		a := newClientWith(t, sc, lease.WithTTL(time.Minute))
 		l := mustAcquire(t, ctx, a, "counter")
 		// The row still names the lease, but Spanner says its session has
@@ -146,10 +148,7 @@ func TestGuardSQLRejectsAnExpiredSession(t *testing.T) {
 
 func TestGuardSQLGuardsPermits(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		sc := emulator.Client(t, db)
-		seedCounter(t, ctx, sc)
+		ctx, db, sc := counterDatabase(t)
 		a := newClientWith(t, sc, lease.WithTTL(time.Minute))
 		fatalIf(t, a.SetPermits(ctx, "pool", 2), "SetPermits")
 		p, err := a.TryAcquirePermit(ctx, "pool")
@@ -190,10 +189,7 @@ func TestMutualExclusionWithSQLGuardedWrites(t *testing.T) {
 			clients    = 4
 			increments = 5
 		)
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		setup := emulator.Client(t, db)
-		seedCounter(t, ctx, setup)
+		ctx, db, setup := counterDatabase(t)
 		var (
 			wg       sync.WaitGroup
 			accepted atomic.Int64
@@ -253,10 +249,7 @@ func TestMutualExclusionWithSQLGuardedWrites(t *testing.T) {
 // committing after the rival did.)
 func TestGuardSQLFencesARivalThatCommitsAfterItsRead(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		sc := emulator.Client(t, db)
-		seedCounter(t, ctx, sc)
+		ctx, db, sc := counterDatabase(t)
 		a := newClientWith(t, sc, lease.WithTTL(time.Minute))
 		l := mustAcquire(t, ctx, a, "counter")
 

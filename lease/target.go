@@ -260,10 +260,7 @@ func (l *line) freeSlot() int64 {
 }
 
 func (t lockTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
-	if g.slot != lockSlot {
-		return readPermitRow(ctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
-	}
-	return readRow(ctx, c.st.db.Single(), c.st.sql, g.name)
+	return readKeyRow(ctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
 }
 
 func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, time.Duration, error) {

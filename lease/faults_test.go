@@ -261,8 +261,12 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 	switch {
 	case k == notSent:
 		f.model.after(p, method, false, nil)
+		if strings.HasSuffix(method, "/Rollback") {
+			abandon(cc, openTransaction(req))
+		}
 		return errNotSent
 	case k == delayed:
+		abandon(cc, openTransaction(req))
 		waitDeadline(ctx)
 		f.model.after(p, method, false, nil)
 		return errDelayed
@@ -285,9 +289,48 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 		onReply(r)
 	}
 	if k == replyLost && err == nil {
+		if sel, session := selectorOf(req); sel.GetBegin() != nil {
+			abandon(cc, txnRef{session, transactionID(reply)})
+		}
 		return errReplyLost
 	}
 	return err
+}
+
+// abandon rolls back, on the emulator, a transaction whose client can no
+// longer use it after a fault: a Commit or Rollback that will never be
+// sent, a statement held past its deadline, or a transaction whose ID only
+// the lost reply of its first statement carried. On Spanner such a
+// transaction lies idle, keeping the locks of what it read (the lock
+// model keeps them until its deadline) without holding up transactions
+// that do not conflict with it; the emulator, which runs one transaction
+// at a time, would refuse or hold up every other meanwhile.
+func abandon(cc grpc.ClientConnInterface, t txnRef) {
+	if cc == nil || t.session == "" || len(t.id) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), unfaulted{}, true), 5*time.Second)
+	defer cancel()
+	_, _ = spannerpb.NewSpannerClient(cc).Rollback(ctx, &spannerpb.RollbackRequest{Session: t.session, TransactionId: t.id})
+}
+
+// txnRef names a read-write transaction on Spanner.
+type txnRef struct {
+	session string
+	id      []byte
+}
+
+// openTransaction names the read-write transaction, already begun, that a
+// request belongs to, if any.
+func openTransaction(req any) txnRef {
+	switch r := req.(type) {
+	case *spannerpb.CommitRequest:
+		return txnRef{r.GetSession(), r.GetTransactionId()}
+	case *spannerpb.RollbackRequest:
+		return txnRef{r.GetSession(), r.GetTransactionId()}
+	}
+	sel, session := selectorOf(req)
+	return txnRef{session, sel.GetId()}
 }
 
 // transactionID is the ID of the transaction a response begins, if any.
@@ -335,6 +378,12 @@ type faultyStream struct {
 	// first is set once the first response (which names a transaction
 	// begun inline) has been seen.
 	first bool
+	// session and begins describe the request: its Spanner session, and
+	// whether it begins its transaction; began is the ID the first
+	// response gave that transaction.
+	session string
+	begins  bool
+	began   []byte
 }
 
 func (s *faultyStream) SendMsg(m any) error {
@@ -346,6 +395,8 @@ func (s *faultyStream) SendMsg(m any) error {
 		return nil //nolint:nilerr // as in gRPC, a stream's error surfaces when the caller reads
 	}
 	s.f.holdFor(r, m)
+	sel, session := selectorOf(m)
+	s.session, s.begins = session, sel.GetBegin() != nil
 	switch s.fault {
 	case notSent:
 		s.f.model.after(s.p, s.method, false, nil)
@@ -353,6 +404,7 @@ func (s *faultyStream) SendMsg(m any) error {
 		return nil
 	case delayed:
 		s.f.model.after(s.p, s.method, false, nil)
+		abandon(s.cc, openTransaction(m))
 		waitDeadline(s.ctx)
 		s.failed = errDelayed
 		return nil
@@ -407,6 +459,9 @@ func (s *faultyStream) RecvMsg(m any) error {
 					return errDelayed
 				}
 				if err == io.EOF {
+					if s.begins {
+						abandon(s.cc, txnRef{s.session, s.began})
+					}
 					return errReplyLost
 				}
 				return err
@@ -429,7 +484,8 @@ func (s *faultyStream) recv(m any) error {
 		if answer == io.EOF {
 			answer = nil
 		}
-		s.f.model.answered(s.p, s.method, answer, transactionID(m))
+		s.began = transactionID(m)
+		s.f.model.answered(s.p, s.method, answer, s.began)
 	}
 	return err
 }

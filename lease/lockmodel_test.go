@@ -371,11 +371,7 @@ func (m *lockModel) stick(p pending, cc grpc.ClientConnInterface) {
 	d := time.Until(t.deadline)
 	id, session := t.id, t.session
 	m.mu.Unlock()
-	if id != "" && cc != nil {
-		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), unfaulted{}, true), 5*time.Second)
-		_, _ = spannerpb.NewSpannerClient(cc).Rollback(ctx, &spannerpb.RollbackRequest{Session: session, TransactionId: []byte(id)})
-		cancel()
-	}
+	abandon(cc, txnRef{session, []byte(id)})
 	time.AfterFunc(max(d, 0), func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -408,12 +404,9 @@ func (m *lockModel) expireAtDeadline(t *modelTxn) {
 		t.expireLocked()
 		id, session, cc := t.id, t.session, t.cc
 		m.mu.Unlock()
-		if id == "" || cc == nil || strings.HasPrefix(id, "single-use-") {
-			return
+		if !strings.HasPrefix(id, "single-use-") {
+			abandon(cc, txnRef{session, []byte(id)})
 		}
-		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), unfaulted{}, true), 5*time.Second)
-		defer cancel()
-		_, _ = spannerpb.NewSpannerClient(cc).Rollback(ctx, &spannerpb.RollbackRequest{Session: session, TransactionId: []byte(id)})
 	})
 }
 

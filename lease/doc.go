@@ -68,9 +68,9 @@
 //
 // No transaction holds up a renewal. On Spanner a read-write transaction
 // keeps a shared lock on every row it read until it ends, which for one
-// whose Commit or Rollback is lost in the network is when Spanner aborts it
-// as idle (about 10 s), and a younger writer of that row waits. So no read-write transaction reads a
-// session row: acquisitions, releases and Guard learn whether a session is
+// whose Commit or Rollback is lost in the network is when Spanner aborts
+// it as idle (about 10 s), and a younger writer of that row waits. So no
+// read-write transaction reads a session row: acquisitions, releases and Guard learn whether a session is
 // live from strong reads outside their transactions, which take no lock,
 // and every write of a session row (its creation, renewals, the write that
 // expires it) is blind. A renewal reads the rows of the leases it checks
@@ -133,9 +133,9 @@
 // is left holding its lock because its reply was lost after Spanner began
 // it, the row can be cleared only once Spanner aborts that idle
 // transaction, about 10 s later, and is free a TTL and one renewal after
-// that at the latest. A session that
-// ends without Spanner having said so (its deadline passed) is written as
-// expired in the background, so its leases are free for others at once.
+// that at the latest. A session that ends without Spanner having said so
+// (its deadline passed) is written as expired in the background, so its
+// leases are free for others at once.
 //
 // Bounded calls. Every database call the Client makes on its own has a
 // deadline: acquisition attempts, releases, RunOnce completions and the

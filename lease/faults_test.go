@@ -39,10 +39,14 @@ const (
 	// later RPCs are not sent, and (in the lock model) its locks last until
 	// its deadline: a client paused or partitioned mid-transaction.
 	holdsLocks
+	// cancelled fails the RPC unsent with CANCELLED, though its caller's
+	// context is live: something between the caller and Spanner cancelled
+	// it. Not among allFaults: review_test.go tries it where it matters.
+	cancelled
 )
 
 func (f fault) String() string {
-	return [...]string{"pass", "not sent", "reply lost", "delayed past the deadline", "holds its locks until its deadline"}[f]
+	return [...]string{"pass", "not sent", "reply lost", "delayed past the deadline", "holds its locks until its deadline", "cancelled"}[f]
 }
 
 var allFaults = []fault{notSent, replyLost, delayed, holdsLocks}
@@ -233,6 +237,7 @@ var (
 	errNotSent   = status.Error(codes.Unavailable, "injected: not sent")
 	errReplyLost = status.Error(codes.DeadlineExceeded, "injected: applied, reply lost")
 	errDelayed   = status.Error(codes.DeadlineExceeded, "injected: delayed past the deadline")
+	errCancelled = status.Error(codes.Canceled, "injected: context canceled")
 )
 
 // waitDeadline blocks as a blackholed call does, until its deadline (capped,
@@ -259,6 +264,9 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 	f.holdFor(r, req)
 	isEnd := strings.HasSuffix(method, "/Commit") || strings.HasSuffix(method, "/Rollback")
 	switch {
+	case k == cancelled:
+		f.model.after(p, method, false, nil)
+		return errCancelled
 	case k == notSent:
 		f.model.after(p, method, false, nil)
 		if strings.HasSuffix(method, "/Rollback") {
@@ -398,9 +406,12 @@ func (s *faultyStream) SendMsg(m any) error {
 	sel, session := selectorOf(m)
 	s.session, s.begins = session, sel.GetBegin() != nil
 	switch s.fault {
-	case notSent:
+	case notSent, cancelled:
 		s.f.model.after(s.p, s.method, false, nil)
 		s.failed = errNotSent
+		if s.fault == cancelled {
+			s.failed = errCancelled
+		}
 		return nil
 	case delayed:
 		s.f.model.after(s.p, s.method, false, nil)

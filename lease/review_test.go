@@ -296,3 +296,23 @@ func TestHolderOfASemaphoreSaysItIsOne(t *testing.T) {
 		}
 	})
 }
+
+// A CANCELLED answer that the caller's context did not cause is an outage
+// like any other: a blocking Acquire retries and gets the lease rather
+// than fail. The fault enumeration saw a waiter's Acquire fail with
+// "context canceled" while its context was live.
+func TestAcquireRetriesAnRPCCancelledByOtherThanItsCaller(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		f := &faults{}
+		c := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(2*time.Second))
+		f.arm(func(r rpc) bool { return r.tag == "spannerlock-acquire" }, map[int]fault{0: cancelled})
+		l, err := c.Acquire(ctx, "job")
+		if trace, hits := f.disarm(); hits != 1 {
+			t.Fatalf("faults hit %d of 1: %v", hits, trace)
+		}
+		fatalIf(t, err, "Acquire after an RPC its caller did not cancel was cancelled")
+		fatalIf(t, l.Release(ctx), "Release")
+	})
+}

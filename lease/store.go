@@ -231,6 +231,10 @@ func transient(err error) bool {
 	switch spanner.ErrCode(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal:
 		return true
+	case codes.Canceled:
+		// Callers ask only while their own context is live: something
+		// between them and Spanner cancelled the RPC, not they.
+		return true
 	}
 	return false
 }

@@ -50,71 +50,72 @@ func guardedIncrement(ctx context.Context, sc *spanner.Client, l *lease.Lease) e
 
 func TestMutualExclusionWithGuardedWrites(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		const (
-			clients    = 8
-			increments = 6
-		)
-		ctx := emulator.Context(t)
-		db := newDatabase(t, counterDDL(t))
-		setup := emulator.Client(t, db)
-		_, err := setup.Apply(ctx, []*spanner.Mutation{spanner.Insert("counters", []string{"name", "value", "last_token"}, []any{"c", 0, 0})})
-		fatalIf(t, err, "seed counter")
-
-		// A lease may be lost under load (the emulator aborts all but one
-		// transaction at a time, so renewals can starve); then Guard must refuse
-		// its write. What must hold is that every accepted write counted once,
-		// in token order.
-		var (
-			wg       sync.WaitGroup
-			accepted atomic.Int64
-		)
-		errs := make(chan error, clients)
-		for i := range clients {
+		ctx, db, setup := counterDatabase(t)
+		checkGuardedIncrements(t, ctx, setup, 8, 6, func(i int) (*lease.Client, guardedWrite) {
 			sc := emulator.Client(t, db)
 			c := newClientWith(t, sc, lease.WithHolderID(fmt.Sprintf("worker-%d", i)))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range increments {
-					l, err := c.Acquire(ctx, "counter")
-					if err != nil {
-						errs <- err
-						return
-					}
-					err = guardedIncrement(l.Context(), sc, l)
-					switch {
-					case err == nil:
-						accepted.Add(1)
-					case errors.Is(err, lease.ErrLeaseLost) || errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost):
-						t.Logf("worker %d token %d lost its lease; its write was refused: %v", i, l.Token(), err)
-					default:
-						errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
-						return
-					}
-					if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
-						errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-
-		r, err := setup.Single().ReadRow(ctx, "counters", spanner.Key{"c"}, []string{"value", "last_token"})
-		fatalIf(t, err, "read counter")
-		var value, last int64
-		fatalIf(t, r.Columns(&value, &last), "decode counter")
-		if value != accepted.Load() {
-			t.Fatalf("counter = %d, but %d guarded increments were accepted", value, accepted.Load())
-		}
-		if last > clients*increments || value < clients*increments/2 {
-			t.Fatalf("counter %d, last token %d after %d acquisitions: tokens beyond the acquisitions, or most writes refused", value, last, clients*increments)
-		}
+			return c, func(ctx context.Context, l *lease.Lease) error { return guardedIncrement(ctx, sc, l) }
+		})
 	})
+}
+
+// guardedWrite increments the counter under l, fenced by l.
+type guardedWrite func(ctx context.Context, l *lease.Lease) error
+
+// checkGuardedIncrements has clients workers, each with the Client and the
+// write newWorker gives it, acquire "counter" increments times and make one
+// guarded increment under each lease. A lease may be lost under load (the
+// emulator aborts all but one transaction at a time, so renewals can
+// starve); then the guard must refuse its write. What must hold is that
+// every accepted write counted once, in token order, and that most were
+// accepted.
+func checkGuardedIncrements(t *testing.T, ctx context.Context, sc *spanner.Client, clients, increments int, newWorker func(i int) (*lease.Client, guardedWrite)) {
+	t.Helper()
+	var (
+		wg       sync.WaitGroup
+		accepted atomic.Int64
+	)
+	errs := make(chan error, clients)
+	for i := range clients {
+		c, write := newWorker(i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range increments {
+				l, err := c.Acquire(ctx, "counter")
+				if err != nil {
+					errs <- err
+					return
+				}
+				err = write(l.Context(), l)
+				switch {
+				case err == nil:
+					accepted.Add(1)
+				case errors.Is(err, lease.ErrLeaseLost) || errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost):
+					t.Logf("worker %d token %d lost its lease; its write was refused: %v", i, l.Token(), err)
+				default:
+					errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
+					return
+				}
+				if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
+					errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	value, last := readCounter(t, ctx, sc)
+	if value != accepted.Load() {
+		t.Fatalf("counter = %d, but %d guarded increments were accepted", value, accepted.Load())
+	}
+	if last > int64(clients*increments) || value < int64(clients*increments/2) {
+		t.Fatalf("counter %d, last token %d after %d acquisitions: tokens beyond the acquisitions, or most writes refused", value, last, clients*increments)
+	}
 }
 
 func TestGuardRejectsALostLease(t *testing.T) {

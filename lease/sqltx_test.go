@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,57 +183,12 @@ func permitSlot(t *testing.T, ctx context.Context, c *lease.Client, p *lease.Lea
 
 func TestMutualExclusionWithSQLGuardedWrites(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		const (
-			clients    = 4
-			increments = 5
-		)
 		ctx, db, setup := counterDatabase(t)
-		var (
-			wg       sync.WaitGroup
-			accepted atomic.Int64
-		)
-		errs := make(chan error, clients)
-		for i := range clients {
+		checkGuardedIncrements(t, ctx, setup, 4, 5, func(i int) (*lease.Client, guardedWrite) {
 			c := newClient(t, db, lease.WithHolderID(fmt.Sprintf("worker-%d", i)))
 			sdb := sqlDB(t, db)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range increments {
-					l, err := c.Acquire(ctx, "counter")
-					if err != nil {
-						errs <- err
-						return
-					}
-					err = sqlGuardedIncrement(l.Context(), t, sdb, l)
-					switch {
-					case err == nil:
-						accepted.Add(1)
-					case errors.Is(err, lease.ErrLeaseLost) || errors.Is(context.Cause(l.Context()), lease.ErrLeaseLost):
-						t.Logf("worker %d token %d lost its lease; its write was refused: %v", i, l.Token(), err)
-					default:
-						errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
-						return
-					}
-					if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
-						errs <- fmt.Errorf("worker %d token %d: %w", i, l.Token(), err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-		value, last := readCounter(t, ctx, setup)
-		if value != accepted.Load() {
-			t.Fatalf("counter = %d, but %d guarded increments were accepted", value, accepted.Load())
-		}
-		if last > clients*increments || value < clients*increments/2 {
-			t.Fatalf("counter %d, last token %d after %d acquisitions: tokens beyond the acquisitions, or most writes refused", value, last, clients*increments)
-		}
+			return c, func(ctx context.Context, l *lease.Lease) error { return sqlGuardedIncrement(ctx, t, sdb, l) }
+		})
 	})
 }
 

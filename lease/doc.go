@@ -269,7 +269,9 @@
 //
 // Safety (one holder at a time as seen by Guard, tokens that only grow, a
 // semaphore within its limit at every grant) relies only on Spanner's
-// transactions.
+// transactions. Every read-write transaction the Client makes asks for
+// serializable isolation, whatever the spanner.Client's default: at
+// repeatable read a plain read is not checked at commit.
 //
 // The early loss signal (a lease's Context ends before a rival can acquire)
 // also assumes that two things together stay within the safety margin

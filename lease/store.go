@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	sppb "cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/grpc/codes"
 
@@ -113,8 +114,13 @@ func (st *store) transact(ctx context.Context, l lane, tag string, b body) (time
 	}
 	// The first statement begins the transaction (the Spanner client would
 	// otherwise send a BeginTransaction first, one more RPC); a retry begins
-	// explicitly, which keeps the aborted attempt's priority.
-	opts := spanner.TransactionOptions{TransactionTag: tag, BeginTransactionOption: spanner.InlinedBeginTransaction}
+	// explicitly, which keeps the aborted attempt's priority. The isolation
+	// level is set, not left to the spanner.Client's default: at repeatable
+	// read, plain reads are not checked at commit, and every rule of the
+	// package (a row read free is still free when the grant commits, a
+	// semaphore counts its permits) rests on reads that are.
+	opts := spanner.TransactionOptions{TransactionTag: tag, BeginTransactionOption: spanner.InlinedBeginTransaction,
+		IsolationLevel: sppb.TransactionOptions_SERIALIZABLE}
 	tx, err := spanner.NewReadWriteStmtBasedTransactionWithOptions(ctx, st.db, opts)
 	if err != nil {
 		return time.Time{}, err
@@ -182,9 +188,12 @@ func retryDelay(attempt int, err error) time.Duration {
 
 // apply commits idempotent blind writes with a single Commit, bounded by
 // ctx. At least once: a Commit retried after a lost reply writes them
-// again, which is why they must be idempotent.
+// again, which is why they must be idempotent. It reads nothing, so its
+// isolation level makes no difference; it is set anyway, so that every
+// transaction of the package is serializable whatever the client's default.
 func (st *store) apply(ctx context.Context, tag string, ms ...*spanner.Mutation) error {
-	_, err := st.db.Apply(ctx, ms, spanner.TransactionTag(tag), spanner.ApplyAtLeastOnce())
+	_, err := st.db.Apply(ctx, ms, spanner.TransactionTag(tag), spanner.ApplyAtLeastOnce(),
+		spanner.IsolationLevel(sppb.TransactionOptions_SERIALIZABLE))
 	return err
 }
 

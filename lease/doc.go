@@ -178,7 +178,9 @@
 //     Holder.HolderID is exactly the WithHolderID value.
 //   - Guard reads the lease row inside the caller's transaction, and asks
 //     Spanner whether the holder's session is live; it never trusts the local
-//     Context alone. Run the transaction under l.Context().
+//     Context alone. Run the transaction under l.Context(), at serializable
+//     isolation: Guard and GuardSQL refuse one at repeatable read
+//     (ErrNotSerializable), where their read would fence nothing.
 //   - Release makes the lease acquirable at once; its Context ends first.
 //     Release of a lease that was already lost returns an error matching
 //     ErrLeaseLost; a second Release returns nil.

@@ -3,10 +3,12 @@ package lease
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
 	"cloud.google.com/go/spanner"
+	sppb "cloud.google.com/go/spanner/apiv1/spannerpb"
 	"google.golang.org/grpc/codes"
 )
 
@@ -165,8 +167,43 @@ func (l *Lease) isEnded() bool {
 // a long guarded transaction would delay them. It costs one more read,
 // made concurrently, bounded like every call the Client makes on its own
 // even when ctx has no deadline.
+//
+// txn must run at serializable isolation, Spanner's default: at repeatable
+// read (a spanner.ClientConfig whose TransactionOptions say so, or the
+// transaction's own options) a plain read is not checked at commit, and
+// Guard returns an error matching ErrNotSerializable without reading.
+// Give such a transaction spanner.TransactionOptions{IsolationLevel:
+// sppb.TransactionOptions_SERIALIZABLE} with ReadWriteTransactionWithOptions.
+// Guard does not lock the row instead: FOR UPDATE, which would keep the
+// read checked at repeatable read, takes an exclusive lock at serializable
+// that would hold up the renewals of the lease, and the emulator does not
+// parse it. The Spanner client does not say at which level a transaction
+// runs; Guard reads the options it keeps for txn (tested with client
+// v1.87.0), and lets a transaction whose options it cannot find pass.
 func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+	if level, known := isolationOf(txn); known && level == sppb.TransactionOptions_REPEATABLE_READ {
+		return fmt.Errorf("%w: txn runs at repeatable read, where reading %q's row does not stop a rival's acquisition from committing first", ErrNotSerializable, l.name)
+	}
 	return l.guard(ctx, func() (bool, error) { return l.named(ctx, txn) })
+}
+
+// isolationOf is the isolation level txn was begun with, or is to begin
+// with: its own options merged with its client's defaults, as the Spanner
+// client keeps them (an unexported field, read by reflection, since the
+// client has no accessor). known is false when the field is not there.
+func isolationOf(txn *spanner.ReadWriteTransaction) (level sppb.TransactionOptions_IsolationLevel, known bool) {
+	if txn == nil {
+		return 0, false
+	}
+	opts := reflect.ValueOf(txn).Elem().FieldByName("txOpts")
+	if !opts.IsValid() || opts.Kind() != reflect.Struct {
+		return 0, false
+	}
+	f := opts.FieldByName("IsolationLevel")
+	if !f.IsValid() || f.Kind() != reflect.Int32 {
+		return 0, false
+	}
+	return sppb.TransactionOptions_IsolationLevel(f.Int()), true
 }
 
 // guard is Guard with the read of the lease's row inside the caller's

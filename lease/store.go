@@ -141,7 +141,9 @@ func (st *store) transact(ctx context.Context, l lane, tag string, b body) (time
 				}
 			}
 		}
-		aborted := spanner.ErrCode(err) == codes.Aborted
+		// An abort is retried, unless what aborted it is a connection
+		// that is closing, which a retry only meets again.
+		aborted := spanner.ErrCode(err) == codes.Aborted && !connClosing(err)
 		if !aborted || gax.Sleep(ctx, retryDelay(attempt, err)) != nil {
 			if !committed {
 				st.rollback(ctx, tx)
@@ -232,18 +234,32 @@ func (st *store) explain(err error) error {
 // has already retried what it can, so these are outages, not mistakes. A
 // call that ran out of the Client's own bound (callTimeout) is one too;
 // callers check their own context first. Other errors that did not come
-// from Spanner (ErrCode says Unknown for them) never are.
+// from Spanner (ErrCode says Unknown for them) never are, nor is CANCELLED:
+// the Client's own contexts end with DeadlineExceeded at their deadlines
+// (outsideTransaction), so a CANCELLED while the caller's context is live
+// comes from the connection, and one that is closing (on its own, or as
+// the cause of an ABORTED inline begin) will not open again.
 func transient(err error) bool {
+	if connClosing(err) {
+		return false
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	switch spanner.ErrCode(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal:
 		return true
-	case codes.Canceled:
-		// Callers ask only while their own context is live: something
-		// between them and Spanner cancelled the RPC, not they.
-		return true
 	}
 	return false
+}
+
+// connClosingMessage is gRPC's message for an RPC on a connection that is
+// closing (grpc.ErrClientConnClosing, CANCELLED).
+const connClosingMessage = "the client connection is closing"
+
+// connClosing reports whether err came from a gRPC connection that is
+// closing, directly or wrapped in another code: the Spanner client reports
+// a failed inline begin as ABORTED, with the cause in its message.
+func connClosing(err error) bool {
+	return err != nil && strings.Contains(err.Error(), connClosingMessage)
 }

@@ -191,7 +191,8 @@
 //     callbacks only on transitions; Observe reports changes of holder.
 //   - ForceRelease (and ForceReleasePermit) end a stuck holder's lease for an
 //     operator: the token moves on, so its Guard-fenced writes fail at once
-//     and its Context ends at its next renewal.
+//     and its Context ends at its next renewal. ForceRelease of a lock held
+//     shared ends every reader's lease.
 //
 // # Semaphores, run-once jobs and worker IDs
 //

@@ -11,7 +11,9 @@ import (
 // on, so the holder's Guard-fenced writes fail from now on, its Context
 // ends at its next renewal, and the next acquisition gets a larger token.
 // It returns the holder it ended; when nobody holds the lease, the error
-// matches ErrNoHolder.
+// matches ErrNoHolder. A lock held shared (AcquireShared) loses every live
+// reader at once, and ForceRelease returns the first, of Kind "shared", as
+// Holder does; Holders listed them all before.
 //
 // The holder is not asked: whatever it does outside Spanner between now
 // and its next renewal goes on, unfenced. Prefer waiting for the TTL when

@@ -70,17 +70,19 @@
 // keeps a shared lock on every row it read until it ends, which for one
 // whose Commit or Rollback is lost in the network is when Spanner aborts it
 // as idle (about 10 s), and a younger writer of that row waits. So no
-// read-write transaction reads a session row: acquisitions, releases and
-// Guard learn whether a session is live from strong reads outside their
-// transactions, which take no lock, and every write of a session row (its
-// creation, renewals, the write that expires it) is blind. A renewal reads
-// the rows of the leases it checks (shared locks never wait for each other)
-// and writes only its own session's row, which no other transaction locks;
-// the writes that a long transaction of another Client, or Guard in the
-// application's own, could make wait are made by transactions of their own:
-// clearing a lease let go and restamping a lock row for cleanup. Which rows
-// each transaction reads and writes is listed in the source,
-// transactions.go.
+// read-write transaction reads a session row, but for an operator's:
+// ForceReleasePermit of a worker ID reads its holder's, whose mark it must
+// carry over, and that holder's renewal may wait for it. Acquisitions,
+// releases and Guard learn whether a session is live from strong reads
+// outside their transactions, which take no lock, and every write of a
+// session row (its creation, renewals, the write that expires it) is blind.
+// A renewal reads the rows of the leases it checks (shared locks never wait
+// for each other) and writes only its own session's row, which no other
+// transaction locks; the writes that a long transaction of another Client,
+// or Guard in the application's own, could make wait are made by
+// transactions of their own: clearing a lease let go and restamping a lock
+// row for cleanup. Which rows each transaction reads and writes is listed
+// in the source, transactions.go.
 //
 // Loss before takeover. A lease's Context is cancelled when a renewal or
 // Guard confirms the lease is gone, and at its session's local deadline: the

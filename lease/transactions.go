@@ -29,12 +29,14 @@ import (
 //	restamp             spannerlock-restamp      L it stamps         L
 //	set permits         spannerlock-set-permits  parent              parent
 //	force release       spannerlock-force-release L or parent, P     L or parent, P
+//	                                             (S of a worker ID)
 //	expire a session    spannerlock-end-session  -                   S
 //
 // Whether a waiter, or the holder of a row, is live is read outside the
 // transaction, like every session. // An acquisition writes S only when it creates the session (an insert) or
 // the session has idled (a renewal). Every write of S is blind, and no
-// read-write transaction reads S: whether a session is live is read
+// read-write transaction reads S but an operator's force release of a
+// worker ID (forceReleasePermit says why): whether a session is live is read
 // outside transactions (readSessions, and the joins of the reads in
 // row.go), by strong reads that take no lock. So a renewal, the one
 // transaction that keeps a Client's leases, never waits for a lock that
@@ -315,6 +317,16 @@ func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 // and writes the parent row and the permit row): the permit's token moves
 // to the pool's next one, and a worker ID keeps its holder's latest mark,
 // so its next holder still waits past it.
+//
+// For a worker ID it reads the holder's session row in the transaction,
+// the one transaction that reads S: the mark is the session's, and a
+// renewal that committed after a read outside the transaction (which takes
+// no lock) and before this commit would move the mark past the one written
+// here, while the holder, renewed, goes on using the ID until a later
+// renewal finds it gone. Read in the transaction, the renewal waits for
+// it or it sees the renewal. The renewal waiting is the cost: at worst,
+// when this commit's reply is lost, until Spanner aborts the transaction
+// as idle (about 10 s), for a holder an operator is ending anyway.
 func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64) (row, error) {
 	var r row
 	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
@@ -329,8 +341,17 @@ func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64
 		}
 		r = s.slot(slot)
 		r.name, r.slot = name, slot
-		if err := st.holdersLive(ctx, &r); err != nil || !r.live {
+		if s.kind.StringVal == kindWorkers && r.sessionID.Valid {
+			views, err := querySessions(ctx, tx, st.sql, []string{r.sessionID.StringVal})
+			if err != nil {
+				return nil, err
+			}
+			r.withSession(views[r.sessionID.StringVal])
+		} else if err := st.holdersLive(ctx, &r); err != nil {
 			return nil, err
+		}
+		if !r.live {
+			return nil, nil
 		}
 		return []*spanner.Mutation{
 			spanner.Update(st.sql.table, []string{"name", "token"}, []any{name, s.next.Int64 + 1}),

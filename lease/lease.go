@@ -287,3 +287,9 @@ func outsideTransaction(ctx context.Context) (context.Context, context.CancelFun
 type withoutValues struct{ context.Context }
 
 func (withoutValues) Value(any) any { return nil }
+
+// AfterFunc lets a context derived from this one (the bound of a read)
+// follow ctx through context.AfterFunc rather than a goroutine of its own.
+func (c withoutValues) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(c.Context, f)
+}

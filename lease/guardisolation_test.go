@@ -48,8 +48,8 @@ func TestGuardRefusesRepeatableRead(t *testing.T) {
 }
 
 // GuardSQL refuses a database/sql transaction at repeatable read, asked for
-// in sql.TxOptions or as the DSN's default, and accepts the default and an
-// explicit serializable.
+// in sql.TxOptions, by SET TRANSACTION or as the DSN's default, and accepts
+// the default and an explicit serializable.
 func TestGuardSQLRefusesRepeatableRead(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := emulator.Context(t)
@@ -68,6 +68,14 @@ func TestGuardSQLRefusesRepeatableRead(t *testing.T) {
 		}
 		fatalIf(t, guardIn(plain, sql.LevelDefault), "GuardSQL at the default level")
 		fatalIf(t, guardIn(plain, sql.LevelSerializable), "GuardSQL at serializable")
+		tx, err := plain.BeginTx(l.Context(), nil)
+		fatalIf(t, err, "BeginTx")
+		_, err = tx.ExecContext(l.Context(), "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+		fatalIf(t, err, "SET TRANSACTION")
+		if err := l.GuardSQL(l.Context(), tx); !errors.Is(err, lease.ErrNotSerializable) {
+			t.Errorf("GuardSQL after SET TRANSACTION ISOLATION LEVEL REPEATABLE READ: %v, want ErrNotSerializable", err)
+		}
+		_ = tx.Rollback()
 		rr := sqlDB(t, db+";isolation_level=repeatable_read")
 		if err := guardIn(rr, sql.LevelDefault); !errors.Is(err, lease.ErrNotSerializable) {
 			t.Errorf("GuardSQL on a connection that defaults to repeatable read: %v, want ErrNotSerializable", err)

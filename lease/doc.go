@@ -70,17 +70,19 @@
 // keeps a shared lock on every row it read until it ends, which for one
 // whose Commit or Rollback is lost in the network is when Spanner aborts it
 // as idle (about 10 s), and a younger writer of that row waits. So no
-// read-write transaction reads a session row: acquisitions, releases and
-// Guard learn whether a session is live from strong reads outside their
-// transactions, which take no lock, and every write of a session row (its
-// creation, renewals, the write that expires it) is blind. A renewal reads
-// the rows of the leases it checks (shared locks never wait for each other)
-// and writes only its own session's row, which no other transaction locks;
-// the writes that a long transaction of another Client, or Guard in the
-// application's own, could make wait are made by transactions of their own:
-// clearing a lease let go and restamping a lock row for cleanup. Which rows
-// each transaction reads and writes is listed in the source,
-// transactions.go.
+// read-write transaction reads a session row, but for an operator's:
+// ForceReleasePermit of a worker ID reads its holder's, whose mark it must
+// carry over, and that holder's renewal may wait for it. Acquisitions,
+// releases and Guard learn whether a session is live from strong reads
+// outside their transactions, which take no lock, and every write of a
+// session row (its creation, renewals, the write that expires it) is blind.
+// A renewal reads the rows of the leases it checks (shared locks never wait
+// for each other) and writes only its own session's row, which no other
+// transaction locks; the writes that a long transaction of another Client,
+// or Guard in the application's own, could make wait are made by
+// transactions of their own: clearing a lease let go and restamping a lock
+// row for cleanup. Which rows each transaction reads and writes is listed
+// in the source, transactions.go.
 //
 // Loss before takeover. A lease's Context is cancelled when a renewal or
 // Guard confirms the lease is gone, and at its session's local deadline: the
@@ -178,7 +180,9 @@
 //     Holder.HolderID is exactly the WithHolderID value.
 //   - Guard reads the lease row inside the caller's transaction, and asks
 //     Spanner whether the holder's session is live; it never trusts the local
-//     Context alone. Run the transaction under l.Context().
+//     Context alone. Run the transaction under l.Context(), at serializable
+//     isolation: Guard and GuardSQL refuse one at repeatable read
+//     (ErrNotSerializable), where their read would fence nothing.
 //   - Release makes the lease acquirable at once; its Context ends first.
 //     Release of a lease that was already lost returns an error matching
 //     ErrLeaseLost; a second Release returns nil.
@@ -189,7 +193,8 @@
 //     callbacks only on transitions; Observe reports changes of holder.
 //   - ForceRelease (and ForceReleasePermit) end a stuck holder's lease for an
 //     operator: the token moves on, so its Guard-fenced writes fail at once
-//     and its Context ends at its next renewal.
+//     and its Context ends at its next renewal. ForceRelease of a lock held
+//     shared ends every reader's lease.
 //
 // # Semaphores, run-once jobs and worker IDs
 //
@@ -269,7 +274,9 @@
 //
 // Safety (one holder at a time as seen by Guard, tokens that only grow, a
 // semaphore within its limit at every grant) relies only on Spanner's
-// transactions.
+// transactions. Every read-write transaction the Client makes asks for
+// serializable isolation, whatever the spanner.Client's default: at
+// repeatable read a plain read is not checked at commit.
 //
 // The early loss signal (a lease's Context ends before a rival can acquire)
 // also assumes that two things together stay within the safety margin

@@ -27,6 +27,11 @@ var (
 	// ErrWrongKind means a name is used as a kind of lease it is not: a
 	// semaphore's or worker pool's name as a lock, a lock's as a semaphore.
 	ErrWrongKind = errors.New("lease: wrong kind of lease")
+	// ErrNotSerializable means Guard or GuardSQL was given a transaction
+	// that does not run at serializable isolation: at repeatable read, the
+	// read of the lease's row is not checked at commit, so it would fence
+	// nothing.
+	ErrNotSerializable = errors.New("lease: Guard needs a serializable transaction")
 	// ErrTooManyFailures means RunOnce refused to run a slot whose runs
 	// failed (or crashed) as many times as WithMaxFailures allows.
 	ErrTooManyFailures = errors.New("lease: too many failed runs")

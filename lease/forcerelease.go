@@ -11,7 +11,9 @@ import (
 // on, so the holder's Guard-fenced writes fail from now on, its Context
 // ends at its next renewal, and the next acquisition gets a larger token.
 // It returns the holder it ended; when nobody holds the lease, the error
-// matches ErrNoHolder.
+// matches ErrNoHolder. A lock held shared (AcquireShared) loses every live
+// reader at once, and ForceRelease returns the first, of Kind "shared", as
+// Holder does; Holders listed them all before.
 //
 // The holder is not asked: whatever it does outside Spanner between now
 // and its next renewal goes on, unfenced. Prefer waiting for the TTL when
@@ -26,7 +28,9 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Holder, error) 
 // ForceReleasePermit is ForceRelease for one permit of a semaphore, or one
 // worker ID of a pool (slot is the ID). A worker ID keeps its holder's
 // high-water mark, so its next holder still waits past every moment the
-// old one may use it.
+// old one may use it: the mark is read in the releasing transaction, so a
+// renewal of the holder cannot slip in between, and that renewal waits
+// for the transaction to end.
 func (c *Client) ForceReleasePermit(ctx context.Context, name string, slot int64) (Holder, error) {
 	if err := validateName("semaphore name", name); err != nil {
 		return Holder{}, fmt.Errorf("lease: ForceReleasePermit: %w", err)

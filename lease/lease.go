@@ -3,10 +3,12 @@ package lease
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
 	"cloud.google.com/go/spanner"
+	sppb "cloud.google.com/go/spanner/apiv1/spannerpb"
 	"google.golang.org/grpc/codes"
 )
 
@@ -165,8 +167,43 @@ func (l *Lease) isEnded() bool {
 // a long guarded transaction would delay them. It costs one more read,
 // made concurrently, bounded like every call the Client makes on its own
 // even when ctx has no deadline.
+//
+// txn must run at serializable isolation, Spanner's default: at repeatable
+// read (a spanner.ClientConfig whose TransactionOptions say so, or the
+// transaction's own options) a plain read is not checked at commit, and
+// Guard returns an error matching ErrNotSerializable without reading.
+// Give such a transaction spanner.TransactionOptions{IsolationLevel:
+// sppb.TransactionOptions_SERIALIZABLE} with ReadWriteTransactionWithOptions.
+// Guard does not lock the row instead: FOR UPDATE, which would keep the
+// read checked at repeatable read, takes an exclusive lock at serializable
+// that would hold up the renewals of the lease, and the emulator does not
+// parse it. The Spanner client does not say at which level a transaction
+// runs; Guard reads the options it keeps for txn (tested with client
+// v1.87.0), and lets a transaction whose options it cannot find pass.
 func (l *Lease) Guard(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+	if level, known := isolationOf(txn); known && level == sppb.TransactionOptions_REPEATABLE_READ {
+		return fmt.Errorf("%w: txn runs at repeatable read, where reading %q's row does not stop a rival's acquisition from committing first", ErrNotSerializable, l.name)
+	}
 	return l.guard(ctx, func() (bool, error) { return l.named(ctx, txn) })
+}
+
+// isolationOf is the isolation level txn was begun with, or is to begin
+// with: its own options merged with its client's defaults, as the Spanner
+// client keeps them (an unexported field, read by reflection, since the
+// client has no accessor). known is false when the field is not there.
+func isolationOf(txn *spanner.ReadWriteTransaction) (level sppb.TransactionOptions_IsolationLevel, known bool) {
+	if txn == nil {
+		return 0, false
+	}
+	opts := reflect.ValueOf(txn).Elem().FieldByName("txOpts")
+	if !opts.IsValid() || opts.Kind() != reflect.Struct {
+		return 0, false
+	}
+	f := opts.FieldByName("IsolationLevel")
+	if !f.IsValid() || f.Kind() != reflect.Int32 {
+		return 0, false
+	}
+	return sppb.TransactionOptions_IsolationLevel(f.Int()), true
 }
 
 // guard is Guard with the read of the lease's row inside the caller's
@@ -235,13 +272,24 @@ func (l *Lease) named(ctx context.Context, txn *spanner.ReadWriteTransaction) (b
 
 // outsideTransaction returns a context with ctx's deadline and cancellation
 // but none of its values: the Spanner client refuses a read under a context
-// that carries a read-write transaction, taking it for a nested one.
+// that carries a read-write transaction, taking it for a nested one. It is
+// ctx itself with its values hidden, so it ends when ctx does and says why
+// as ctx says: DeadlineExceeded at ctx's deadline. (A copy with a deadline
+// of its own that also cancelled itself when ctx ended raced the two, and
+// said Canceled about a quarter of the time, which callers took for an
+// RPC cancelled by something between them and Spanner.) The CancelFunc
+// does nothing; it is kept so that callers release it as any other.
 func outsideTransaction(ctx context.Context) (context.Context, context.CancelFunc) {
-	base, cancelDeadline := context.Background(), context.CancelFunc(func() {})
-	if d, ok := ctx.Deadline(); ok {
-		base, cancelDeadline = context.WithDeadline(base, d)
-	}
-	out, cancel := context.WithCancel(base)
-	stop := context.AfterFunc(ctx, cancel)
-	return out, func() { stop(); cancel(); cancelDeadline() }
+	return withoutValues{ctx}, func() {}
+}
+
+// withoutValues is a context with its values hidden.
+type withoutValues struct{ context.Context }
+
+func (withoutValues) Value(any) any { return nil }
+
+// AfterFunc lets a context derived from this one (the bound of a read)
+// follow ctx through context.AfterFunc rather than a goroutine of its own.
+func (c withoutValues) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(c.Context, f)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"google.golang.org/grpc/codes"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -297,22 +298,32 @@ func TestHolderOfASemaphoreSaysItIsOne(t *testing.T) {
 	})
 }
 
-// A CANCELLED answer that the caller's context did not cause is an outage
-// like any other: a blocking Acquire retries and gets the lease rather
-// than fail. The fault enumeration saw a waiter's Acquire fail with
-// "context canceled" while its context was live.
-func TestAcquireRetriesAnRPCCancelledByOtherThanItsCaller(t *testing.T) {
+// A CANCELLED answer is not retried: the Client's own contexts end with
+// DeadlineExceeded at their deadlines, so a CANCELLED that the caller's
+// context did not cause comes from the connection, which a retry does not
+// mend (a closing one never opens again). Acquire fails with it at once,
+// after the one attempt, and does not report it as contention. (It was
+// retried while a context copied for a read outside a transaction could
+// say Canceled at its deadline.)
+func TestAcquireDoesNotRetryAnRPCCancelledByOtherThanItsCaller(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := emulator.Context(t)
 		db := newDatabase(t)
 		f := &faults{}
 		c := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(2*time.Second))
 		f.arm(func(r rpc) bool { return r.tag == "spannerlock-acquire" }, map[int]fault{0: cancelled})
-		l, err := c.Acquire(ctx, "job")
+		_, err := c.Acquire(ctx, "job")
 		if trace, hits := f.disarm(); hits != 1 {
 			t.Fatalf("faults hit %d of 1: %v", hits, trace)
 		}
-		fatalIf(t, err, "Acquire after an RPC its caller did not cancel was cancelled")
+		switch {
+		case spanner.ErrCode(err) != codes.Canceled:
+			t.Fatalf("Acquire after an RPC answered CANCELLED: %v, want that CANCELLED", err)
+		case errors.Is(err, lease.ErrNotAcquired):
+			t.Fatalf("Acquire reported a cancelled RPC as contention: %v", err)
+		}
+		l, err := c.Acquire(ctx, "job")
+		fatalIf(t, err, "Acquire once the connection answers again")
 		fatalIf(t, l.Release(ctx), "Release")
 	})
 }

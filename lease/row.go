@@ -257,8 +257,15 @@ type sessionView struct {
 // readSessions reads the given sessions outside any transaction, with a
 // strong read that takes no lock. A session with no row is not live.
 func readSessions(ctx context.Context, db *spanner.Client, sql statements, ids []string) (map[string]sessionView, error) {
+	return querySessions(ctx, db.Single(), sql, ids)
+}
+
+// querySessions is readSessions in q: a single-use read, or (for the one
+// transaction that must, forceReleasePermit of a worker ID) a read-write
+// transaction, which locks the rows it reads.
+func querySessions(ctx context.Context, q querier, sql statements, ids []string) (map[string]sessionView, error) {
 	out := make(map[string]sessionView, len(ids))
-	err := db.Single().Query(ctx, sql.sessionViews.bind(map[string]any{"ids": ids})).Do(func(sr *spanner.Row) error {
+	err := q.Query(ctx, sql.sessionViews.bind(map[string]any{"ids": ids})).Do(func(sr *spanner.Row) error {
 		var (
 			id string
 			s  sessionView

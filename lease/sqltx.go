@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 )
 
 // GuardSQL is Guard for a database/sql transaction on Spanner's driver
@@ -25,7 +27,13 @@ import (
 // tx must be a read-write transaction (the default) on the database of the
 // lease's Client, at the default isolation level, serializable: at
 // repeatable read a read takes no lock, and nothing would stop a rival's
-// acquisition from committing first. The driver retries an aborted
+// acquisition from committing first. GuardSQL asks the driver at which
+// level tx runs (SHOW VARIABLE ISOLATION_LEVEL, a statement the driver
+// answers itself) and returns an error matching ErrNotSerializable, without
+// reading, for repeatable read, whether it came from sql.TxOptions, the
+// DSN's isolation_level or SET TRANSACTION; a default set in the
+// spanner.ClientConfig of a connector's Configurator is beyond what the
+// driver reports, so do not set one there. The driver retries an aborted
 // transaction by replaying its statements, GuardSQL's read among them, and
 // refuses to commit the retry if the row it read has changed
 // (spannerdriver.ErrAbortedDueToConcurrentModification), so a retry never
@@ -39,7 +47,29 @@ import (
 // later, which the emulator these tests run on cannot serve, and are not
 // tested).
 func (l *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
+	if err := l.serializableSQL(ctx, tx); err != nil {
+		return err
+	}
 	return l.guard(ctx, func() (bool, error) { return l.namedSQL(ctx, tx) })
+}
+
+// serializableSQL refuses a database/sql transaction that the driver says
+// runs at another level than serializable (its default is the database's,
+// serializable).
+func (l *Lease) serializableSQL(ctx context.Context, tx *sql.Tx) error {
+	show := "SHOW VARIABLE ISOLATION_LEVEL"
+	if l.c.st.sql.pg() {
+		show = "SHOW isolation_level"
+	}
+	var level string
+	if err := tx.QueryRowContext(ctx, show).Scan(&level); err != nil {
+		return fmt.Errorf("lease: GuardSQL: asking the driver for tx's isolation level: %w", err)
+	}
+	switch level {
+	case sql.LevelDefault.String(), sql.LevelSerializable.String():
+		return nil
+	}
+	return fmt.Errorf("%w: tx runs at %s, where reading %q's row does not stop a rival's acquisition from committing first", ErrNotSerializable, strings.ToLower(level), l.name)
 }
 
 // namedSQL is named for a database/sql transaction: the same row, the same

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	sppb "cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/grpc/codes"
 
@@ -113,8 +114,13 @@ func (st *store) transact(ctx context.Context, l lane, tag string, b body) (time
 	}
 	// The first statement begins the transaction (the Spanner client would
 	// otherwise send a BeginTransaction first, one more RPC); a retry begins
-	// explicitly, which keeps the aborted attempt's priority.
-	opts := spanner.TransactionOptions{TransactionTag: tag, BeginTransactionOption: spanner.InlinedBeginTransaction}
+	// explicitly, which keeps the aborted attempt's priority. The isolation
+	// level is set, not left to the spanner.Client's default: at repeatable
+	// read, plain reads are not checked at commit, and every rule of the
+	// package (a row read free is still free when the grant commits, a
+	// semaphore counts its permits) rests on reads that are.
+	opts := spanner.TransactionOptions{TransactionTag: tag, BeginTransactionOption: spanner.InlinedBeginTransaction,
+		IsolationLevel: sppb.TransactionOptions_SERIALIZABLE}
 	tx, err := spanner.NewReadWriteStmtBasedTransactionWithOptions(ctx, st.db, opts)
 	if err != nil {
 		return time.Time{}, err
@@ -135,7 +141,9 @@ func (st *store) transact(ctx context.Context, l lane, tag string, b body) (time
 				}
 			}
 		}
-		aborted := spanner.ErrCode(err) == codes.Aborted
+		// An abort is retried, unless what aborted it is a connection
+		// that is closing, which a retry only meets again.
+		aborted := spanner.ErrCode(err) == codes.Aborted && !connClosing(err)
 		if !aborted || gax.Sleep(ctx, retryDelay(attempt, err)) != nil {
 			if !committed {
 				st.rollback(ctx, tx)
@@ -182,9 +190,12 @@ func retryDelay(attempt int, err error) time.Duration {
 
 // apply commits idempotent blind writes with a single Commit, bounded by
 // ctx. At least once: a Commit retried after a lost reply writes them
-// again, which is why they must be idempotent.
+// again, which is why they must be idempotent. It reads nothing, so its
+// isolation level makes no difference; it is set anyway, so that every
+// transaction of the package is serializable whatever the client's default.
 func (st *store) apply(ctx context.Context, tag string, ms ...*spanner.Mutation) error {
-	_, err := st.db.Apply(ctx, ms, spanner.TransactionTag(tag), spanner.ApplyAtLeastOnce())
+	_, err := st.db.Apply(ctx, ms, spanner.TransactionTag(tag), spanner.ApplyAtLeastOnce(),
+		spanner.IsolationLevel(sppb.TransactionOptions_SERIALIZABLE))
 	return err
 }
 
@@ -223,18 +234,32 @@ func (st *store) explain(err error) error {
 // has already retried what it can, so these are outages, not mistakes. A
 // call that ran out of the Client's own bound (callTimeout) is one too;
 // callers check their own context first. Other errors that did not come
-// from Spanner (ErrCode says Unknown for them) never are.
+// from Spanner (ErrCode says Unknown for them) never are, nor is CANCELLED:
+// the Client's own contexts end with DeadlineExceeded at their deadlines
+// (outsideTransaction), so a CANCELLED while the caller's context is live
+// comes from the connection, and one that is closing (on its own, or as
+// the cause of an ABORTED inline begin) will not open again.
 func transient(err error) bool {
+	if connClosing(err) {
+		return false
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	switch spanner.ErrCode(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal:
 		return true
-	case codes.Canceled:
-		// Callers ask only while their own context is live: something
-		// between them and Spanner cancelled the RPC, not they.
-		return true
 	}
 	return false
+}
+
+// connClosingMessage is gRPC's message for an RPC on a connection that is
+// closing (grpc.ErrClientConnClosing, CANCELLED).
+const connClosingMessage = "the client connection is closing"
+
+// connClosing reports whether err came from a gRPC connection that is
+// closing, directly or wrapped in another code: the Spanner client reports
+// a failed inline begin as ABORTED, with the cause in its message.
+func connClosing(err error) bool {
+	return err != nil && strings.Contains(err.Error(), connClosingMessage)
 }

@@ -29,7 +29,8 @@ type target interface {
 	// is place (nil when not in line) and whose session is s: the grants a
 	// release handed it, or whether it may take the target now, or what
 	// blocks it (matching ErrNotAcquired) and how long until the first
-	// expiry that may free it.
+	// expiry that may free it. A target no release can free (a semaphore
+	// undeclared meanwhile) is free: the attempt then says why it fails.
 	look(c *Client, lines map[string]*line, s *session, place *queueKey) (handed []grant, free bool, expiresIn time.Duration, blocked error)
 	// lock reports whether this is a lock, which a Client holds at most once.
 	lock() bool
@@ -507,7 +508,10 @@ func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *q
 	p, err := t.plan(st, maxReap)
 	switch {
 	case err != nil:
-		return nil, false, 0, err
+		// Undeclared, or its name taken by another kind, since the waiter
+		// queued: no release will change that. The attempt, which reads
+		// the parent row in its transaction, returns the error.
+		return nil, true, 0, nil
 	case p.full && !p.reapOnly:
 		return nil, false, st.soonest().remaining(), fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
 	case l.ahead(c.keeper.owns, false, place):

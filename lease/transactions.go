@@ -29,12 +29,14 @@ import (
 //	restamp             spannerlock-restamp      L it stamps         L
 //	set permits         spannerlock-set-permits  parent              parent
 //	force release       spannerlock-force-release L or parent, P     L or parent, P
+//	                                             (S of a worker ID)
 //	expire a session    spannerlock-end-session  -                   S
 //
 // Whether a waiter, or the holder of a row, is live is read outside the
 // transaction, like every session. // An acquisition writes S only when it creates the session (an insert) or
 // the session has idled (a renewal). Every write of S is blind, and no
-// read-write transaction reads S: whether a session is live is read
+// read-write transaction reads S but an operator's force release of a
+// worker ID (forceReleasePermit says why): whether a session is live is read
 // outside transactions (readSessions, and the joins of the reads in
 // row.go), by strong reads that take no lock. So a renewal, the one
 // transaction that keeps a Client's leases, never waits for a lock that
@@ -265,10 +267,13 @@ func (st *store) setPermits(ctx context.Context, name string, n spanner.NullInt6
 	return err
 }
 
-// forceRelease ends the live holder's lease on a lock (reads and writes L):
-// the row forgets the holder's session and its token moves on, so the
-// holder's renewal and Guard find it gone and its next acquirer gets a
-// larger token. It returns the row as it was, with its holder's session.
+// forceRelease ends the live holder's lease on a lock (reads and writes L
+// and, when it is held shared, its readers' rows in P): the row forgets the
+// holder's session and its token moves on, so the holder's renewal and
+// Guard find it gone and its next acquirer gets a larger token. A lock
+// held shared loses every live reader the same way: each reader's row
+// forgets its session. It returns the row as it was, with its holder's
+// session: the writer's, or the first live reader's, as Holder reports.
 func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 	var r row
 	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
@@ -276,15 +281,34 @@ func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 		if err != nil {
 			return nil, err
 		}
-		r = lines[name].row
+		l := lines[name]
+		r = l.row
 		if r.kind.Valid {
 			return nil, fmt.Errorf("%w: %q is %s, not a lock: force-release one of its permits", ErrWrongKind, name, describeKind(r.kind))
 		}
-		if err := st.holderLive(ctx, &r); err != nil || !r.live {
+		rows := []*row{&r}
+		for i := range l.permits {
+			rows = append(rows, &l.permits[i])
+		}
+		if err := st.holdersLive(ctx, rows...); err != nil {
 			return nil, err
 		}
-		return []*spanner.Mutation{spanner.Update(st.sql.table, []string{"name", "token", "session_id", "grant_id"},
-			[]any{name, r.token.Int64 + 1, nil, nil})}, nil
+		var writes []*spanner.Mutation
+		for _, p := range l.permits {
+			if !p.live {
+				continue
+			}
+			if !r.live {
+				r = p // the first live reader, as Holder reports
+			}
+			writes = append(writes, spanner.Update(st.sql.permits, []string{"name", "slot", "session_id", "grant_id"},
+				[]any{name, p.slot, nil, nil}))
+		}
+		if !r.live {
+			return nil, nil
+		}
+		return append(writes, spanner.Update(st.sql.table, []string{"name", "token", "session_id", "grant_id"},
+			[]any{name, l.row.token.Int64 + 1, nil, nil})), nil
 	})
 	return r, err
 }
@@ -293,6 +317,16 @@ func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 // and writes the parent row and the permit row): the permit's token moves
 // to the pool's next one, and a worker ID keeps its holder's latest mark,
 // so its next holder still waits past it.
+//
+// For a worker ID it reads the holder's session row in the transaction,
+// the one transaction that reads S: the mark is the session's, and a
+// renewal that committed after a read outside the transaction (which takes
+// no lock) and before this commit would move the mark past the one written
+// here, while the holder, renewed, goes on using the ID until a later
+// renewal finds it gone. Read in the transaction, the renewal waits for
+// it or it sees the renewal. The renewal waiting is the cost: at worst,
+// when this commit's reply is lost, until Spanner aborts the transaction
+// as idle (about 10 s), for a holder an operator is ending anyway.
 func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64) (row, error) {
 	var r row
 	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
@@ -307,8 +341,17 @@ func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64
 		}
 		r = s.slot(slot)
 		r.name, r.slot = name, slot
-		if err := st.holderLive(ctx, &r); err != nil || !r.live {
+		if s.kind.StringVal == kindWorkers && r.sessionID.Valid {
+			views, err := querySessions(ctx, tx, st.sql, []string{r.sessionID.StringVal})
+			if err != nil {
+				return nil, err
+			}
+			r.withSession(views[r.sessionID.StringVal])
+		} else if err := st.holdersLive(ctx, &r); err != nil {
 			return nil, err
+		}
+		if !r.live {
+			return nil, nil
 		}
 		return []*spanner.Mutation{
 			spanner.Update(st.sql.table, []string{"name", "token"}, []any{name, s.next.Int64 + 1}),
@@ -319,16 +362,26 @@ func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64
 	return r, err
 }
 
-// holderLive completes a row read inside a transaction with a read of its
-// holder's session outside it.
-func (st *store) holderLive(ctx context.Context, r *row) error {
-	if !r.sessionID.Valid {
+// holdersLive completes rows read inside a transaction with one read of
+// their holders' sessions outside it.
+func (st *store) holdersLive(ctx context.Context, rows ...*row) error {
+	var ids []string
+	for _, r := range rows {
+		if r.sessionID.Valid {
+			ids = append(ids, r.sessionID.StringVal)
+		}
+	}
+	if len(ids) == 0 {
 		return nil
 	}
 	rctx, cancel := outsideTransaction(ctx)
 	defer cancel()
-	views, err := readSessions(rctx, st.db, st.sql, []string{r.sessionID.StringVal})
-	r.withSession(views[r.sessionID.StringVal])
+	views, err := readSessions(rctx, st.db, st.sql, ids)
+	for _, r := range rows {
+		if r.sessionID.Valid {
+			r.withSession(views[r.sessionID.StringVal])
+		}
+	}
 	return err
 }
 

@@ -17,18 +17,23 @@ import (
 // Start and External set because the client reads nothing else. opts are
 // applied last. The caller must Close the client before the emulator stops.
 func (e *Emulator) NewClient(ctx context.Context, db string, opts ...option.ClientOption) (*spanner.Client, error) {
+	return e.NewClientWithConfig(ctx, db, spanner.ClientConfig{}, opts...)
+}
+
+// NewClientWithConfig is NewClient with the application's own ClientConfig
+// (its default transaction options, say): the session pool and native
+// metrics are set as NewClient sets them.
+func (e *Emulator) NewClientWithConfig(ctx context.Context, db string, cfg spanner.ClientConfig, opts ...option.ClientOption) (*spanner.Client, error) {
 	if err := e.checkDatabase(db); err != nil {
 		return nil, err
 	}
 	QuietClientBanner()
 	pool := spanner.DefaultSessionPoolConfig
 	pool.MinOpened = 1
-	cfg := spanner.ClientConfig{
-		SessionPoolConfig: pool,
-		// Built-in metrics would otherwise probe for a GCP environment and try
-		// to export to Cloud Monitoring, neither of which applies here.
-		DisableNativeMetrics: true,
-	}
+	cfg.SessionPoolConfig = pool
+	// Built-in metrics would otherwise probe for a GCP environment and try
+	// to export to Cloud Monitoring, neither of which applies here.
+	cfg.DisableNativeMetrics = true
 	all := append(e.adminOptions(), opts...)
 	c, err := spanner.NewClientWithConfig(ctx, db, cfg, all...)
 	if err != nil {

@@ -181,7 +181,13 @@
 //     expiry, and a Release in the same process wakes it at once.
 //   - AcquireShared holds a name with other readers and no writer; readers
 //     and writers wait in one line in the order they came. AcquireAll takes
-//     several names in one transaction or none, waiting in each name's line.
+//     several names in one transaction or none, waiting in each name's line
+//     without holding up anyone: an AcquireAll in line blocks no later
+//     waiter nor newcomer, and takes its names when all are free at once.
+//     Otherwise it could deadlock with the holder of one of its names that
+//     asks for another (the holder would wait behind the AcquireAll, which
+//     waits for the holder); the price is that a busy name can keep an
+//     AcquireAll waiting.
 //   - TryAcquire returns an error matching ErrNotAcquired when Spanner says
 //     the lease is held, including by the same Client (leases are not
 //     re-entrant), or when live waiters are in line for it; when another Client holds it, the error is a *HeldError

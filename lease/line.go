@@ -172,14 +172,16 @@ func (st *store) dequeue(name string, k queueKey) *spanner.Mutation {
 // ahead reports whether a live waiter that blocks req is ahead of it in l:
 // any live writer, and for a writer also any live reader, that is before
 // req's place (anywhere, when req is not in line yet). An entry of this
-// Client that no caller of it waits in blocks nobody.
+// Client that no caller of it waits in blocks nobody, nor does an
+// AcquireAll's: it takes its names when all are free at once, and so
+// cannot make a holder of one of them wait for another (see doc.go).
 func (l *line) ahead(k *keeper, shared bool, place *queueKey) bool {
 	for _, w := range l.waiters {
 		switch {
 		case place != nil && !w.key.before(*place):
 			return false
-		case !w.live || k.unheld(l.name, w):
-		case !shared || !w.shared || w.group != nil:
+		case !w.live || w.group != nil || k.unheld(l.name, w):
+		case !shared || !w.shared:
 			return true
 		}
 	}

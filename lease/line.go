@@ -261,14 +261,16 @@ type judge struct {
 // have expired. A row of s is a lease of this Client, live, unless it is
 // one let go whose release has not reached Spanner yet, or an acquisition
 // whose outcome was never learnt (a let-go of the keeper's either way):
-// nothing uses it.
+// nothing uses it. A worker ID let go stays live until the keeper clears
+// it, which records its holder's mark for the next one to wait past.
 func (j judge) knownDead(r *row) (dead, known bool) {
 	id := r.sessionID.StringVal
 	switch {
 	case !r.sessionID.Valid:
 		return true, true
 	case id == j.s.id:
-		return j.s.hasLetGo(leaseKey{name: r.name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}), true
+		letGo := j.s.hasLetGo(leaseKey{name: r.name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal})
+		return letGo && r.parentKind.StringVal != kindWorkers, true
 	case j.k.owns(id), j.k.dead.has(id):
 		return true, true
 	}

@@ -265,7 +265,7 @@ var scenarios = []scenario{
 			h.t.Errorf("Acquire of a name another Client holds succeeded with token %d", l.Token())
 		}
 	}},
-	{name: "release handing on to a waiter", counts: transactionRPCs, setup: func(h *harness) {
+	{name: "release with a waiter in line", counts: transactionRPCs, setup: func(h *harness) {
 		h.locks = []string{"x"}
 		anchored(h)
 		mustHold(h, "x")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -30,8 +29,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 // Acquire blocks until it holds the named lease or ctx ends. Waiters are
 // served first come, first served, across processes: when the lease is
 // held, or others wait for it, Acquire joins the line (a row in Spanner
-// that lives as long as its Client's session), and a Release hands the
-// lease to the first live waiter in the releasing transaction. While it
+// that lives as long as its Client's session); when the lease is free,
+// the first live waiter in line takes it, in its own transaction. While it
 // waits it reads its line after 25ms, then at doubling intervals up to the
 // poll interval, and sooner when the holder's lease is due to expire; a
 // Release in this process wakes it at once.
@@ -134,21 +133,25 @@ func (c *Client) acquireOrWait(ctx context.Context, t target, cfg acquireConfig,
 }
 
 // inLine acquires t for a caller that holds its names' claim: an attempt,
-// and for a blocking call, a place in line and the wait for its turn or
-// for a release to hand it t.
+// and for a blocking call, a place in line and the wait for its turn, when
+// it attempts again.
 func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireConfig, try bool) ([]*Lease, error) {
 	var place *queueKey
 	var placed *session
-	defer func() {
+	// unplace forgets the caller's place (the transaction that took its
+	// turn took the entry out, or the entry is gone).
+	unplace := func() {
 		if place != nil {
-			c.waiting(t, -1)
+			c.waiting(t, *place, false)
+			place, placed = nil, nil
 		}
-	}()
+	}
+	defer unplace()
 	leave := func() {
 		if place != nil {
-			c.waiting(t, -1)
-			c.leaveLine(ctx, t, placed)
-			place, placed = nil, nil
+			p, s := *place, placed
+			unplace()
+			c.leaveLine(ctx, t, s, p)
 		}
 	}
 	for {
@@ -162,10 +165,9 @@ func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireCon
 		case err == nil:
 			return leases, nil
 		case errors.Is(err, errQueued):
-			if place == nil {
-				c.waiting(t, 1)
-			}
+			unplace() // of a session that ended meanwhile
 			place, placed = &queueKey{at: at, session: s.id}, s
+			c.waiting(t, *place, true)
 			err = nil
 		case errors.Is(err, ErrClosed), errors.Is(err, errCompleted), errors.Is(err, ErrTooManyFailures):
 			leave()
@@ -202,34 +204,12 @@ func (c *Client) inLine(ctx context.Context, w *waiter, t target, cfg acquireCon
 		if place == nil {
 			continue
 		}
-		handed, leftover, err := w.untilTurn(ctx, t, placed, place)
-		if errors.Is(err, errPlaceGone) {
-			c.waiting(t, -1)
-			place, placed = nil, nil
-			continue
-		}
-		if err != nil {
+		switch err := w.untilTurn(ctx, t, *place); {
+		case errors.Is(err, errPlaceGone):
+			unplace()
+		case err != nil:
 			leave()
 			return nil, err
-		}
-		if handed != nil {
-			for _, id := range grantIDs(handed) {
-				c.keeper.mine.add(id)
-			}
-			leases, err := c.adopt(t, placed, handed, cfg)
-			c.keeper.unclaim(grantIDs(handed)...)
-			if leftover {
-				// An entry of this session whose outcome the Client never
-				// learnt, or a grant a release made to it that nobody took
-				// up: taken out, and handed on.
-				c.keeper.leaveLater(placed, t.names())
-			}
-			if err == nil {
-				return leases, nil
-			}
-			// Handed to a session that ended meanwhile: let it go, and queue
-			// again.
-			leave()
 		}
 	}
 }
@@ -252,26 +232,15 @@ func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig, p
 		if place != nil && place.session != s.id {
 			place = nil // the place belonged to an ended session
 		}
-		// The grant is claimed until it is registered (or never will be), so
-		// that no leave of this Client clears it meanwhile.
-		grantID := randomHex(16)
-		c.keeper.mine.add(grantID)
-		c.keeper.claim(grantID) // a new ID: no one else claims it
-		gs, at, err := c.attempt(ctx, s, r, t, cfg, place, blocking, grantID)
+		gs, at, err := c.attempt(ctx, s, r, t, cfg, place, blocking, randomHex(16))
 		var gone errSessionGone
 		if errors.As(err, &gone) && tries < bornLostRetries {
-			c.keeper.unclaim(grantID)
 			continue
 		}
 		if err != nil {
-			c.keeper.unclaim(grantID)
 			return nil, at, s, err
 		}
 		leases, err := c.registerAll(t, s, gs, cfg)
-		c.keeper.unclaim(grantID)
-		if len(gs) > 0 && gs[0].id != grantID {
-			c.keeper.unclaim(grantIDs(gs)...) // taken up
-		}
 		if errors.Is(err, ErrLeaseLost) && tries < bornLostRetries {
 			continue
 		}
@@ -304,19 +273,6 @@ func (c *Client) registerAll(t target, s *session, gs []grant, cfg acquireConfig
 	return leases, nil
 }
 
-// adopt registers the grants a release handed to session s, which must
-// still be live; the leases start as that release committed them.
-func (c *Client) adopt(t target, s *session, gs []grant, cfg acquireConfig) ([]*Lease, error) {
-	if !s.live() {
-		return nil, lostError(gs[0].name, gs[0].token, "it was handed to a session that ended")
-	}
-	leases, err := c.registerAll(t, s, gs, cfg)
-	if err == nil {
-		c.log.Debug("handed the lease by a release", "name", gs[0].name, "token", gs[0].token)
-	}
-	return leases, err
-}
-
 // attempt is one acquiring transaction of a target by a session.
 type attempt struct {
 	judge
@@ -334,9 +290,6 @@ type attempt struct {
 	// grant is the grant ID of the attempt: one of its tries commits at
 	// most, so all use it.
 	grant string
-	// adopted are the IDs of grants handed to the session that the try
-	// claimed to take up (slotTarget.takeUp).
-	adopted []string
 }
 
 // sessionWrites are the writes of the session's row that the attempt's
@@ -344,135 +297,6 @@ type attempt struct {
 func (a *attempt) sessionWrites() []*spanner.Mutation {
 	if m := a.s.write(a.role, a.c.cfg.holderID, a.c.st.sql, a.sent); m != nil {
 		return []*spanner.Mutation{m}
-	}
-	return nil
-}
-
-// dequeueOwn takes this Client's entries out of l: its place, and those of
-// its ended sessions.
-func (a *attempt) dequeueOwn(l *line) []*spanner.Mutation {
-	var ms []*spanner.Mutation
-	for _, w := range l.waiters {
-		if a.c.keeper.owns(w.key.session) {
-			ms = append(ms, a.c.st.dequeue(l.name, w.key))
-		}
-	}
-	return ms
-}
-
-// judge decides, for one of this Client's sessions (self), whether the
-// sessions that rows name are live: from what the Client knows (its own
-// sessions, others seen expired) or by reading them outside transactions.
-type judge struct {
-	k    *keeper
-	self string
-}
-
-// knownDead reports whether a row's session is known to hold nothing: one
-// of this Client's ended sessions, or another's that Spanner was seen to
-// have expired. A row of this Client's current session that it let us
-// acquire is an orphan too: a lease let go whose release has not reached
-// Spanner yet, or an acquisition whose outcome was never learnt. A Client
-// holds a lock once, so nothing uses it; for permits, the current session's
-// rows may be held, and count as live.
-func (j judge) knownDead(r *row, lock bool) (dead, known bool) {
-	id := r.sessionID.StringVal
-	switch {
-	case !r.sessionID.Valid:
-		return true, true
-	case id == j.self:
-		return lock, true
-	case j.k.owns(id), j.k.dead.has(id):
-		return true, true
-	}
-	return false, false
-}
-
-// assumeLive marks every row live whose session is not known to be dead,
-// and reports whether any was unknown.
-func (j judge) assumeLive(rows []row) (unknown bool) {
-	for i := range rows {
-		dead, known := j.knownDead(&rows[i], false)
-		rows[i].live = !dead
-		unknown = unknown || !known
-	}
-	return unknown
-}
-
-// resolve learns whether the sessions named in lines read in the
-// transaction are live (holders, and waiters other than this Client's), by
-// one strong read outside it for those not known (and, with needMarks, for
-// every other holder's session, for its worker-ID mark): reading them
-// inside would hold a lock on each session's row until the transaction
-// ended, and make its renewals wait. lock says the lines are locks', whose
-// rows of this Client's current session are orphans.
-func (j judge) resolve(ctx context.Context, lines map[string]*line, lock, needMarks bool) error {
-	var ids []string
-	ask := func(id string) {
-		if !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-	}
-	for _, l := range lines {
-		rows := l.permits
-		if lock {
-			rows = append([]row{l.row}, l.permits...)
-		}
-		for _, r := range rows {
-			dead, known := j.knownDead(&r, lock)
-			if r.sessionID.Valid && r.sessionID.StringVal != j.self && (!known || needMarks && !dead) {
-				ask(r.sessionID.StringVal)
-			}
-			if needMarks && known && dead && r.sessionID.Valid && r.sessionID.StringVal != j.self {
-				ask(r.sessionID.StringVal) // for its mark only
-			}
-		}
-		for _, w := range l.waiters {
-			if id := w.key.session; !j.k.owns(id) && !j.k.dead.has(id) {
-				ask(id)
-			}
-		}
-	}
-	var views map[string]sessionView
-	if len(ids) > 0 {
-		rctx, cancel := outsideTransaction(ctx)
-		defer cancel()
-		var err error
-		if views, err = readSessions(rctx, j.k.st.db, j.k.st.sql, ids); err != nil {
-			return err
-		}
-	}
-	judgeRow := func(r *row) {
-		dead, known := j.knownDead(r, lock)
-		v, read := views[r.sessionID.StringVal]
-		switch {
-		case read:
-			r.withSession(v) // a session with no row is not live
-			if known && dead {
-				r.live = false
-			}
-		default:
-			r.live = known && !dead
-		}
-		if r.sessionID.Valid && !r.live && r.sessionID.StringVal != j.self {
-			j.k.dead.add(r.sessionID.StringVal)
-		}
-	}
-	for _, l := range lines {
-		if lock {
-			judgeRow(&l.row)
-		}
-		for i := range l.permits {
-			judgeRow(&l.permits[i])
-		}
-		for i := range l.waiters {
-			w := &l.waiters[i]
-			v, read := views[w.key.session]
-			w.live = read && v.live
-			if !w.live && !j.k.owns(w.key.session) {
-				j.k.dead.add(w.key.session)
-			}
-		}
 	}
 	return nil
 }
@@ -498,17 +322,8 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 	actx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
 	deadline, _ := actx.Deadline()
-	granted := false
-	defer func() {
-		if a != nil && !granted {
-			c.keeper.unclaim(a.adopted...) // a grant taken up is unclaimed once registered
-		}
-	}()
 	commitTs, err := c.st.transact(actx, callerLane, "spannerlock-acquire", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		if a != nil {
-			c.keeper.unclaim(a.adopted...) // an earlier try's
-		}
-		a = &attempt{judge: judge{k: c.keeper, self: s.id}, c: c, s: s, role: r, cfg: cfg, place: place, blocking: blocking,
+		a = &attempt{judge: judge{k: c.keeper, s: s}, c: c, s: s, role: r, cfg: cfg, place: place, blocking: blocking,
 			sent: time.Now(), grant: grantID}
 		var (
 			writes []*spanner.Mutation
@@ -566,16 +381,10 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		return nil, time.Time{}, errSessionGone{s}
 	case err == nil:
 		for i := range gs {
-			if gs[i].acquiredAt.IsZero() { // not a grant a release made, taken up
-				gs[i].acquiredAt = commitTs
-			}
+			gs[i].acquiredAt = commitTs
 		}
 		c.remember(t)
 		c.log.Debug("acquired", "name", gs[0].name, "slot", gs[0].slot, "token", gs[0].token)
-		granted = true
-		for _, id := range a.adopted {
-			c.keeper.mine.add(id)
-		}
 		return gs, commitTs, nil
 	case errors.As(err, &gone) && r == create:
 		c.keeper.abandon(s, "its ID was already in Spanner")
@@ -718,17 +527,14 @@ func (c *Client) remember(t target) {
 	}
 }
 
-// waiting counts this Client's places in t's lines: the keeper renews the
-// session of a Client in line, and the waiters instrument shows them.
-func (c *Client) waiting(t target, delta int) {
-	c.keeper.waiting(t, delta)
-	c.tel.waitingChanged(t.kind(), int64(delta))
-}
-
-func grantIDs(gs []grant) []string {
-	ids := make([]string, len(gs))
-	for i, g := range gs {
-		ids[i] = g.id
+// waiting records that a caller took place in t's lines (joined) or left
+// it: the keeper renews the session of a Client in line and knows its
+// callers' places, and the waiters instrument shows them.
+func (c *Client) waiting(t target, place queueKey, joined bool) {
+	c.keeper.waiting(t.names(), place, joined)
+	delta := int64(1)
+	if !joined {
+		delta = -1
 	}
-	return ids
+	c.tel.waitingChanged(t.kind(), delta)
 }

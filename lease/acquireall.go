@@ -69,8 +69,8 @@ func (s *LeaseSet) Lease(name string) *Lease {
 // why, as for Lease.Context.
 func (s *LeaseSet) Context() context.Context { return s.ctx }
 
-// Release lets every lease of the set go in one transaction, handing each
-// name to the first waiter in its line. It returns an error matching
+// Release lets every lease of the set go in one transaction; the first
+// waiter in each name's line then takes it. It returns an error matching
 // ErrLeaseLost if any of them was lost before; the others are released all
 // the same. Later calls return nil.
 func (s *LeaseSet) Release(ctx context.Context) error {

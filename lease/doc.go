@@ -160,17 +160,36 @@
 //     from answering, which does not match it: an outage is never reported
 //     as contention. Waiters are served first come, first served across
 //     processes: a blocked acquisition joins the name's line (a row of the
-//     waiters table, live as long as its Client's session), and a Release
-//     hands the name to the first live waiter in the releasing transaction.
-//     A waiter that gives up leaves the line; one whose process dies holds up
+//     waiters table, live as long as its Client's session), and only the
+//     first live waiters in line may take a free name (readers together; a
+//     semaphore's first N for N free permits), so no grant overtakes an
+//     earlier live waiter. A Release only clears the rows it lets go; the
+//     waiter at the head takes the name in its own acquiring transaction,
+//     which also takes its entry out. So every row that names a session was
+//     written by that session's Client, in a transaction whose outcome it
+//     tracks, and nothing in memory decides whose a row is. (Releases once
+//     handed the name on, writing the waiter's session into the row: that
+//     saved the taker one transaction, but made its Client guess which rows
+//     naming its session were grants for it, which went wrong in ways that
+//     gave one lease to two holders, and handed names to waiters that were
+//     dead or had left. It was dropped.) Every transaction that writes a
+//     line (an acquisition, a release, a leave) takes out the entries of
+//     dead waiters, whose sessions Spanner's clock says have expired. A
+//     waiter that gives up leaves the line; one whose process dies holds up
 //     the line for at most a TTL. In line it reads its line after 25ms, then
 //     at doubling intervals up to the poll interval (WithPollInterval,
-//     default 1s), where it stays, so a short hold hands off quickly and a
+//     default 1s), where it stays, so a short hold passes on quickly and a
 //     long wait costs one read per interval; it also wakes at the holder's
 //     expiry, and a Release in the same process wakes it at once.
 //   - AcquireShared holds a name with other readers and no writer; readers
 //     and writers wait in one line in the order they came. AcquireAll takes
-//     several names in one transaction or none, waiting in each name's line.
+//     several names in one transaction or none, waiting in each name's line
+//     without holding up anyone: an AcquireAll in line blocks no later
+//     waiter nor newcomer, and takes its names when all are free at once.
+//     Otherwise it could deadlock with the holder of one of its names that
+//     asks for another (the holder would wait behind the AcquireAll, which
+//     waits for the holder); the price is that a busy name can keep an
+//     AcquireAll waiting.
 //   - TryAcquire returns an error matching ErrNotAcquired when Spanner says
 //     the lease is held, including by the same Client (leases are not
 //     re-entrant), or when live waiters are in line for it; when another Client holds it, the error is a *HeldError

@@ -29,9 +29,9 @@ type LeaderCallbacks struct {
 // Campaign runs for leadership of name until ctx ends: it acquires the lease,
 // waiting while another leads, and calls OnStartedLeading. When leadership is
 // lost it calls OnStoppedLeading and campaigns again. To step down and stay
-// in the election, Release the lease from OnStartedLeading: the release
-// hands leadership to the first candidate in line, and Campaign joins the
-// back of the line, so a leader that keeps stepping down and campaigning
+// in the election, Release the lease from OnStartedLeading: the first
+// candidate in line then takes leadership, and Campaign joins the back of
+// the line, so a leader that keeps stepping down and campaigning
 // never starves the others. When ctx ends, Campaign stops
 // the leader's work, releases the lease so a successor takes over at once,
 // and returns nil. It returns an error only when it cannot campaign: an

@@ -229,7 +229,7 @@ var scenarios = []scenario{
 			h.t.Errorf("TryAcquire of a name another Client holds succeeded with token %d", l.Token())
 		}
 	}},
-	{name: "Acquire in line, handed the name by a release", counts: transactionRPCs, setup: func(h *harness) {
+	{name: "Acquire in line, takes the name a release freed", counts: transactionRPCs, setup: func(h *harness) {
 		h.locks = []string{"x"}
 		anchored(h)
 		l, err := h.newRival("holder").Acquire(h.ctx, "x")
@@ -265,7 +265,7 @@ var scenarios = []scenario{
 			h.t.Errorf("Acquire of a name another Client holds succeeded with token %d", l.Token())
 		}
 	}},
-	{name: "release handing on to a waiter", counts: transactionRPCs, setup: func(h *harness) {
+	{name: "release with a waiter in line", counts: transactionRPCs, setup: func(h *harness) {
 		h.locks = []string{"x"}
 		anchored(h)
 		mustHold(h, "x")

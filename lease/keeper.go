@@ -45,10 +45,11 @@ type keeper struct {
 	leases  map[*Lease]struct{}
 	running bool
 	loop    sync.WaitGroup
-	// waits counts, by name, this Client's callers waiting in a line: the
-	// session must live while they wait, leases or not, and renewals read
-	// those names to notice a grant a release handed them.
-	waits map[string]int
+	// places are, by name, the places in line of this Client's callers
+	// that wait: the session must live while they wait, leases or not, and
+	// an entry of this Client's that is not among them is one nobody waits
+	// in (its enqueue's outcome was never learnt, or its leave failed).
+	places map[string]map[queueKey]struct{}
 	// expiring are ended sessions whose rows are being written as expired
 	// in the background; Close writes the ones still pending itself.
 	expiring   map[*session]struct{}
@@ -59,29 +60,13 @@ type keeper struct {
 	// (see session.confirm for why that holds even if a late renewal
 	// lands).
 	ended, dead *recentIDs
-
-	// Leaving a line clears grants that name this Client's session but that
-	// it does not hold (handed to a waiter that gave up). An acquisition or
-	// adoption in flight holds a grant it has not registered yet: it claims
-	// the grant's ID first, and a leave clears no claimed grant. leaving
-	// is held by a leave from its check of the claims until its commit, so a
-	// claim made meanwhile waits for it; leaves counts the leaves done, so
-	// an adoption that looked before one can tell.
-	leaving sync.Mutex
-	claims  map[string]int
-	leaves  uint64
-	// mine are the grant IDs of this Client's recent acquisitions and the
-	// grants it took up: a row that names one is not a grant handed to it,
-	// whatever its session (a lease let go whose clearing has not been
-	// read yet).
-	mine *recentIDs
 }
 
 func newKeeper(st *store, cfg config, log *slog.Logger, tel telemetry) *keeper {
 	background, stop := context.WithCancel(context.Background())
 	k := &keeper{st: st, cfg: cfg, log: log, tel: tel, background: background, stop: stop,
-		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, waits: map[string]int{}, claims: map[string]int{},
-		ended: newRecentIDs(1000), dead: newRecentIDs(10000), mine: newRecentIDs(10000)}
+		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, places: map[string]map[queueKey]struct{}{},
+		ended: newRecentIDs(1000), dead: newRecentIDs(10000)}
 	k.sess = newSession(cfg, k.deadlinePassed)
 	return k
 }
@@ -155,6 +140,18 @@ func (k *keeper) owns(id string) bool {
 	return id == cur || k.ended.has(id)
 }
 
+// ownLive reports whether a session ID is one of this Client's, and if so
+// whether it is live: the current session until it ends.
+func (k *keeper) ownLive(id string) (live, own bool) {
+	k.mu.Lock()
+	cur := k.sess
+	k.mu.Unlock()
+	if id == cur.id {
+		return !cur.isEnded(), true
+	}
+	return false, k.ended.has(id)
+}
+
 // register records a newly held lease so that it is renewed; it reports
 // false if the keeper closed meanwhile. A lease whose session has less than
 // half a TTL left (its acquisition was slow) gets a renewal at once.
@@ -173,32 +170,39 @@ func (k *keeper) register(l *Lease) bool {
 	return true
 }
 
-// waiting records that a caller joined (delta 1) or left (-1) the lines of
-// t's names.
-func (k *keeper) waiting(t target, delta int) {
+// waiting records that a caller took place in the lines of names (joined)
+// or left it.
+func (k *keeper) waiting(names []string, place queueKey, joined bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, name := range t.names() {
-		if k.waits[name] += delta; k.waits[name] <= 0 {
-			delete(k.waits, name)
+	for _, name := range names {
+		switch {
+		case joined && k.places[name] == nil:
+			k.places[name] = map[queueKey]struct{}{place: {}}
+		case joined:
+			k.places[name][place] = struct{}{}
+		default:
+			delete(k.places[name], place)
+			if len(k.places[name]) == 0 {
+				delete(k.places, name)
+			}
 		}
 	}
-	if delta > 0 {
+	if joined {
 		k.startLocked()
 	}
 }
 
-// heldKeys returns the keys of the leases this Client holds on name.
-func (k *keeper) heldKeys(name string) map[leaseKey]bool {
+// unheld reports whether a waiter of name's line is this Client's and no
+// caller of it waits there: an entry to take out, which holds up nobody.
+func (k *keeper) unheld(name string, w waiterRow) bool {
+	if !k.owns(w.key.session) {
+		return false
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	keys := map[leaseKey]bool{}
-	for l := range k.leases {
-		if l.name == name {
-			keys[l.key()] = true
-		}
-	}
-	return keys
+	_, held := k.places[name][w.key]
+	return !held
 }
 
 // forget drops an ended lease.
@@ -252,7 +256,7 @@ func (k *keeper) run() {
 		case <-t.C:
 		case <-k.kick:
 		}
-		s, leases, waits := k.work()
+		s, leases, waiting := k.work()
 		failed := false
 		if err := k.clearLetGos(s); err != nil {
 			failed = true
@@ -260,8 +264,8 @@ func (k *keeper) run() {
 				k.log.Warn("clearing leases let go failed; retrying", "err", err)
 			}
 		}
-		if len(leases) > 0 || len(waits) > 0 {
-			if err := k.renew(s, leases, waits); err != nil {
+		if len(leases) > 0 || waiting {
+			if err := k.renew(s, leases); err != nil {
 				failed = true
 				if k.background.Err() == nil {
 					k.log.Warn("renewal failed; retrying", "leases", len(leases), "failures", failures+1, "err", err)
@@ -279,8 +283,8 @@ func (k *keeper) run() {
 }
 
 // work returns the current session, the leases its next renewal checks (at
-// most maxSyncBatch), and the names this Client waits for.
-func (k *keeper) work() (*session, []*Lease, []string) {
+// most maxSyncBatch), and whether a caller of this Client waits in a line.
+func (k *keeper) work() (*session, []*Lease, bool) {
 	k.mu.Lock()
 	s := k.sess
 	var leases []*Lease
@@ -289,12 +293,9 @@ func (k *keeper) work() (*session, []*Lease, []string) {
 			leases = append(leases, l)
 		}
 	}
-	waits := make([]string, 0, len(k.waits))
-	for name := range k.waits {
-		waits = append(waits, name)
-	}
+	waiting := len(k.places) > 0
 	k.mu.Unlock()
-	return s, s.rotate(leases, maxSyncBatch), waits[:min(len(waits), maxSyncBatch)]
+	return s, s.rotate(leases, maxSyncBatch), waiting
 }
 
 // rotate returns n of leases, the next n after the previous call's.
@@ -316,7 +317,7 @@ func (s *session) rotate(leases []*Lease, n int) []*Lease {
 // the session's row is gone from Spanner, or the renewal committed too late
 // to count (session.confirm), every lease of the session is lost; if the
 // transaction fails, nothing is concluded and nothing extended.
-func (k *keeper) renew(s *session, leases []*Lease, waits []string) error {
+func (k *keeper) renew(s *session, leases []*Lease) error {
 	ctx, cancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
 	defer cancel()
 	ctx, span := k.tel.start(ctx, "Renew", attrLeases.Int(len(leases)))
@@ -325,7 +326,7 @@ func (k *keeper) renew(s *session, leases []*Lease, waits []string) error {
 	for i, l := range leases {
 		keys[i] = l.key()
 	}
-	out, err := k.st.renew(ctx, s, keys, waits)
+	out, err := k.st.renew(ctx, s, keys)
 	var gone errSessionGone
 	sessionGone := errors.As(err, &gone)
 	if sessionGone {
@@ -361,11 +362,6 @@ func (k *keeper) renew(s *session, leases []*Lease, waits []string) error {
 			stale = append(stale, l.key())
 		}
 	}
-	for _, name := range out.handed {
-		// A release handed this Client a name it waits for: the waiter
-		// looks now rather than at its next poll.
-		announceRelease(k.st.signalKey(name))
-	}
 	if !s.renewed(out.sent, out.commitTs) {
 		k.endSession(s, lossDeadline, "a renewal committed after the session could have expired in Spanner")
 		return nil
@@ -394,7 +390,7 @@ func (k *keeper) clearLetGos(s *session) error {
 		}
 		ctx, cancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
 		began := time.Now()
-		owned, err := k.release(ctx, keeperLane, "spannerlock-release", s, gos, leaves, nil)
+		owned, err := k.release(ctx, keeperLane, "spannerlock-release", s, gos, sweeps(leaves), nil)
 		cancel()
 		if err != nil {
 			s.addLeaves(leaves)
@@ -419,8 +415,8 @@ func (k *keeper) clearLetGos(s *session) error {
 	}
 }
 
-// leaveLater leaves the removal of s's entries from names' lines to the
-// keeper, waking it.
+// leaveLater leaves to the keeper the removal from names' lines of s's
+// entries that no caller waits in, waking it.
 func (k *keeper) leaveLater(s *session, names []string) {
 	if !s.addLeaves(names) {
 		return
@@ -575,76 +571,4 @@ func (r *recentIDs) has(id string) bool {
 	defer r.mu.Unlock()
 	_, ok := r.set[id]
 	return ok
-}
-
-// claim marks grant IDs as being taken up by this Client, waiting for a
-// leave in flight; it returns how many leaves were done before it, and
-// false (claiming nothing) when another caller of this Client claims one of
-// them already.
-func (k *keeper) claim(ids ...string) (leaves uint64, ok bool) {
-	k.leaving.Lock()
-	defer k.leaving.Unlock()
-	return k.claimLocked(ids)
-}
-
-// tryClaim is claim for a caller inside a transaction, which must not wait
-// for a leave (the leave may wait for its lane): it claims nothing while a
-// leave is in flight.
-func (k *keeper) tryClaim(id string) bool {
-	if !k.leaving.TryLock() {
-		return false
-	}
-	defer k.leaving.Unlock()
-	_, ok := k.claimLocked([]string{id})
-	return ok
-}
-
-func (k *keeper) claimLocked(ids []string) (uint64, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, id := range ids {
-		if k.claims[id] > 0 {
-			return k.leaves, false
-		}
-	}
-	for _, id := range ids {
-		k.claims[id]++
-	}
-	return k.leaves, true
-}
-
-// handedTo reports whether a row naming session s with grant ID id is a
-// grant that a release handed to this Client and that it has not taken up:
-// not one of its own, and not one being taken up.
-func (k *keeper) handedTo(s *session, r *row) bool {
-	if r.sessionID.StringVal != s.id || !r.grant.Valid || k.mine.has(r.grant.StringVal) {
-		return false
-	}
-	key := leaseKey{name: r.name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
-	return !s.hasLetGo(key) && !k.claimed(key.grant)
-}
-
-// unclaim ends claims once the grants are registered, or will never be.
-func (k *keeper) unclaim(ids ...string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, id := range ids {
-		if k.claims[id]--; k.claims[id] <= 0 {
-			delete(k.claims, id)
-		}
-	}
-}
-
-// claimed reports whether an acquisition or adoption claims grant id.
-func (k *keeper) claimed(id string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.claims[id] > 0
-}
-
-// leavesDone returns how many leaves were done.
-func (k *keeper) leavesDone() uint64 {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.leaves
 }

@@ -28,8 +28,6 @@ type Lease struct {
 	acquiredAt time.Time
 	// notBefore is, for a worker ID, when its previous holder stopped using it.
 	notBefore time.Time
-	// attempts is, for a RunOnce slot handed on by a release, its runs.
-	attempts int64
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -55,7 +53,7 @@ type Lease struct {
 func newLease(c *Client, s *session, t target, g grant, payload []byte) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Lease{c: c, sess: s, name: g.name, kind: t.kind(), slot: g.slot, token: g.token, grant: g.id, payload: payload,
-		acquiredAt: g.acquiredAt, notBefore: g.notBefore, attempts: g.attempts, ctx: ctx, cancel: cancel}
+		acquiredAt: g.acquiredAt, notBefore: g.notBefore, ctx: ctx, cancel: cancel}
 }
 
 // Name returns the lease's name.

@@ -7,8 +7,8 @@ import (
 
 // AcquirePermit blocks until it holds one permit of the named semaphore or
 // ctx ends (then its error wraps ctx.Err()). When all permits are held,
-// waiters are served first come, first served, as for Acquire: a Release
-// hands its permit to the first live waiter. The returned Lease works like a
+// waiters are served first come, first served, as for Acquire: a permit a
+// Release frees goes to the first live waiter. The returned Lease works like a
 // lock's: its own fencing token, which grows with every permit of the
 // semaphore, a Context, Release and Guard. Permits of holders that die are
 // freed when their lease expires. The semaphore must be declared (SetPermits,

@@ -56,6 +56,76 @@ func (g letGo) clear(sql statements) *spanner.Mutation {
 	return spanner.Update(sql.permits, cols, vals)
 }
 
+// release is the let-go transaction (reads the lines of the names it
+// touches: their rows, permit rows and waiters; writes the rows it clears
+// and the waiters it takes out). It clears the rows of gos that still name
+// s with their keys; takes out of the lines the entries of leaves, and
+// every dead waiter of the lines it reads (line.go); and writes the
+// sessions in expire as expired. It never writes a row naming another
+// session: a freed name is taken by the first live waiters of its line,
+// each in a transaction of its own. It returns the let-goes it found held,
+// which it cleared.
+func (k *keeper) release(ctx context.Context, ln lane, tag string, s *session, gos []letGo, leaves []leave, expire []string) (map[leaseKey]bool, error) {
+	var names []string
+	for _, g := range gos {
+		names = append(names, g.name)
+	}
+	for _, lv := range leaves {
+		names = append(names, lv.name)
+	}
+	names = sortedNames(names)
+	var owned map[leaseKey]bool
+	_, err := k.st.transact(ctx, ln, tag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		owned = map[leaseKey]bool{}
+		var writes []*spanner.Mutation
+		lines := map[string]*line{}
+		if len(names) > 0 {
+			var err error
+			if lines, err = readLines(ctx, tx, k.st.sql, names, false); err != nil {
+				return nil, err
+			}
+		}
+		for _, g := range gos {
+			if r := lines[g.name].holding(g.slot); r != nil && r.names(s.id, g.leaseKey) {
+				owned[g.leaseKey] = true
+				writes = append(writes, g.clear(k.st.sql))
+			}
+		}
+		out, err := k.leavers(ctx, s, lines, leaves)
+		if err != nil {
+			return nil, err
+		}
+		writes = append(writes, out...)
+		for _, id := range expire {
+			writes = append(writes, k.st.sql.sessionTombstone(id, k.cfg.holderID))
+		}
+		return writes, nil
+	})
+	return owned, err
+}
+
+// holding returns the row of slot in l: the lock row for lockSlot, else
+// the permit row; nil when l is nil or there is none.
+func (l *line) holding(slot int64) *row {
+	if l == nil {
+		return nil
+	}
+	if slot == lockSlot {
+		return &l.row
+	}
+	for i := range l.permits {
+		if l.permits[i].slot == slot {
+			return &l.permits[i]
+		}
+	}
+	return nil
+}
+
+// names reports whether r still names the lease with key k of session.
+func (r *row) names(session string, k leaseKey) bool {
+	return r.sessionID.StringVal == session && r.token.Int64 == k.token && r.grant.StringVal == k.grant
+}
+
 // Release gives the lease up so that others can acquire it at once. Its
 // Context is cancelled before the release commits. Release of a lease that
 // was already lost returns an error matching ErrLeaseLost; after a
@@ -193,15 +263,19 @@ func (c *Client) letGoAll(ctx context.Context, s *session, gos []letGo, op strin
 	return outcome, result
 }
 
-// leaveLine takes this Client's place out of t's lines, clearing any grant
-// a release handed it meanwhile (and handing that on), so a waiter that
-// gives up never holds up the line. It is bounded by the call timeout even
-// when ctx has ended; if it fails, the keeper tries again, and the place
-// goes with the session at the latest.
-func (c *Client) leaveLine(ctx context.Context, t target, s *session) {
+// leaveLine takes a caller's place out of t's lines, by its key, so a
+// waiter that gives up never holds up the line. It is bounded by the call
+// timeout even when ctx has ended; if it fails, the keeper takes out the
+// entries of s that no caller waits in, and the place goes with the
+// session at the latest.
+func (c *Client) leaveLine(ctx context.Context, t target, s *session, place queueKey) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
 	defer cancel()
-	if _, err := c.keeper.release(lctx, callerLane, "spannerlock-leave", s, nil, t.names(), nil); err != nil {
+	leaves := make([]leave, 0, len(t.names()))
+	for _, name := range t.names() {
+		leaves = append(leaves, leave{name: name, place: &place})
+	}
+	if _, err := c.keeper.release(lctx, callerLane, "spannerlock-leave", s, nil, leaves, nil); err != nil {
 		c.log.Debug("leaving the line failed; the Client tries again", "names", t.names(), "err", err)
 		c.keeper.leaveLater(s, t.names())
 	}

@@ -90,11 +90,6 @@ func (c *Client) runOnce(ctx context.Context, name string, fn func(ctx context.C
 		return false, err
 	}
 	l := leases[0]
-	if cfg.maxFailures > 0 && l.attempts > cfg.maxFailures {
-		// Handed the slot by a release, past this caller's bound.
-		_ = l.Release(context.WithoutCancel(ctx))
-		return false, fmt.Errorf("%w: %q failed %d times", ErrTooManyFailures, name, l.attempts-1)
-	}
 	if err := c.runJob(ctx, l, fn); err != nil {
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			c.log.Warn("releasing a failed job's slot did not reach Spanner", "name", name, "err", rerr)

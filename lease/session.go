@@ -43,8 +43,9 @@ type session struct {
 	// letGos are leases of this session whose owners let go while their
 	// release did not reach Spanner; the keeper clears them (keeper.go).
 	letGos map[leaseKey]letGo
-	// leaves are names whose lines hold an entry of this session that its
-	// waiter gave up; the keeper takes them out.
+	// leaves are names whose lines may hold an entry of this session that
+	// no caller waits in (its leave failed, or its enqueue's outcome was
+	// never learnt); the keeper takes such entries out.
 	leaves map[string]bool
 	// cursor rotates renewals through more leases than one renewal checks.
 	cursor int

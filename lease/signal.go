@@ -4,7 +4,7 @@ import "sync"
 
 // Release signals, process-wide: a Release wakes every waiter for the same
 // lease in this process, whichever Client (and spanner.Client) it uses, so
-// in-process handoff does not wait for a poll.
+// an in-process waiter takes a freed lease without waiting for a poll.
 var signals = struct {
 	sync.Mutex
 	m map[string]*signal

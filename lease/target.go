@@ -26,20 +26,18 @@ type target interface {
 	// read reads the row a grant wrote, to learn an unknown outcome.
 	read(ctx context.Context, c *Client, g grant) (row, error)
 	// look judges lines read outside a transaction for a waiter whose place
-	// is place (nil when not in line) and whose session is s: the grants a
-	// release handed it, or whether it may take the target now, or what
-	// blocks it (matching ErrNotAcquired) and how long until the first
-	// expiry that may free it. A target no release can free (a semaphore
-	// undeclared meanwhile) is free: the attempt then says why it fails.
-	look(c *Client, lines map[string]*line, s *session, place *queueKey) (handed []grant, free bool, expiresIn time.Duration, blocked error)
+	// is place: whether it may take the target now, or what blocks it
+	// (matching ErrNotAcquired) and how long until the first expiry that
+	// may free it. A target no release can free (a semaphore undeclared
+	// meanwhile) is free: the attempt then says why it fails.
+	look(c *Client, lines map[string]*line, place *queueKey) (free bool, expiresIn time.Duration, blocked error)
 	// lock reports whether this is a lock, which a Client holds at most once.
 	lock() bool
 	// kind is spannerlock.kind: lock, permit or worker_id.
 	kind() string
 }
 
-// grant is what an acquiring transaction, or a release handing on, took
-// for one name.
+// grant is what an acquiring transaction took for one name.
 type grant struct {
 	name  string
 	slot  int64 // lockSlot for an exclusive lock
@@ -50,8 +48,6 @@ type grant struct {
 	acquiredAt time.Time
 	// notBefore is, for a worker ID, when its previous holder stopped using it.
 	notBefore time.Time
-	// attempts is, for a RunOnce slot handed on by a release, its runs.
-	attempts int64
 }
 
 // busy ends an acquiring transaction that found its target taken. It
@@ -115,7 +111,7 @@ func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := a.resolve(ctx, lines, true, false); err != nil {
+	if err := a.resolve(ctx, lines, judgeHolders, false); err != nil {
 		return nil, nil, err
 	}
 	var blocked error
@@ -146,6 +142,9 @@ func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 		if err != nil {
 			return nil, nil, err
 		}
+		for _, name := range t.lockNames {
+			enq = append(enq, lines[name].leavers(c.keeper, nil)...)
+		}
 		return nil, append(a.sessionWrites(), enq...), errQueued
 	}
 	grants := make([]grant, 0, len(t.lockNames))
@@ -156,7 +155,7 @@ func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 			return nil, nil, err
 		}
 		grants, writes = append(grants, g), append(writes, w...)
-		writes = append(writes, a.dequeueOwn(l)...)
+		writes = append(writes, l.leavers(c.keeper, a.leaving(name))...)
 	}
 	return grants, append(a.sessionWrites(), writes...), nil
 }
@@ -182,7 +181,7 @@ func (t lockTarget) blocker(c *Client, l *line, place *queueKey) error {
 			}
 		}
 	}
-	if l.ahead(c.keeper.owns, t.shared, place) {
+	if l.ahead(c.keeper, t.shared, place) {
 		return errWaitersAhead(l.name)
 	}
 	if t.untilCompleted && t.maxFailures > 0 && r.attempts.Int64 >= t.maxFailures {
@@ -264,34 +263,27 @@ func (t lockTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
 	return readKeyRow(ctx, c.st.db.Single(), c.st.sql, g.name, g.slot)
 }
 
-func (t lockTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, time.Duration, error) {
-	// Handed on: every name names s with a grant this Client does not hold
-	// (it holds a name at most once, and is acquiring these).
-	var handed []grant
-	for _, name := range t.lockNames {
-		l := lines[name]
-		for _, r := range append([]row{l.row}, l.permits...) {
-			if place != nil && (r.slot == lockSlot) != t.shared && c.keeper.handedTo(s, &r) {
-				handed = append(handed, grant{name: name, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
-					acquiredAt: r.acquired.Time, attempts: l.row.attempts.Int64})
-				break
-			}
-		}
-	}
-	if len(handed) == len(t.lockNames) {
-		return handed, false, 0, nil
-	}
+func (t lockTarget) look(c *Client, lines map[string]*line, place *queueKey) (bool, time.Duration, error) {
 	for _, name := range t.lockNames {
 		l := lines[name]
 		c.noteSessions(l)
 		if err := t.blocker(c, l, place); err != nil {
 			if errors.Is(err, errCompleted) || errors.Is(err, ErrTooManyFailures) || errors.Is(err, ErrWrongKind) {
-				return nil, true, 0, nil // not a wait: the attempt says so
+				return true, 0, nil // not a wait: the attempt says so
 			}
-			return nil, false, l.soonest(t.shared), err
+			return false, l.soonest(t.shared), err
 		}
 	}
-	return nil, true, 0, nil
+	return true, 0, nil
+}
+
+// leaving is the attempt's place in name's line, which the transaction
+// that takes its turn takes out.
+func (a *attempt) leaving(name string) []leave {
+	if a.place == nil {
+		return nil
+	}
+	return []leave{{name: name, place: a.place}}
 }
 
 // slotTarget is one permit of a semaphore, or one ID of a worker pool.
@@ -336,10 +328,7 @@ func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 	for _, r := range p.reap {
 		writes = append(writes, c.st.permitUnlink(t.pool, r))
 	}
-	if g, ok := t.takeUp(a, l); ok {
-		return []grant{g}, append(a.sessionWrites(), a.dequeueOwn(l)...), nil
-	}
-	waiting := l.ahead(c.keeper.owns, false, a.place)
+	waiting := l.ahead(c.keeper, false, a.place)
 	switch {
 	case p.full && p.reapOnly:
 		return nil, writes, errReaped
@@ -355,6 +344,7 @@ func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 		if err != nil {
 			return nil, nil, err
 		}
+		writes = append(writes, l.leavers(c.keeper, nil)...)
 		return nil, append(append(writes, a.sessionWrites()...), enq...), errQueued
 	}
 	s := l.state()
@@ -364,28 +354,9 @@ func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 		highWater = g.notBefore
 	}
 	writes = append(writes, a.sessionWrites()...)
-	writes = append(writes, a.dequeueOwn(l)...)
+	writes = append(writes, l.leavers(c.keeper, a.leaving(t.pool))...)
 	writes = append(writes, c.st.permitGrant(t.pool, g.slot, g.token, g.id, c.cfg.holderID, a.s.id, c.cfg.ttl, a.cfg.payload, highWater)...)
 	return []grant{g}, writes, nil
-}
-
-// takeUp finds a semaphore's permit that a release handed this session and
-// that nobody in this Client holds or is taking up, and claims it for a: a
-// waiter whose poll found room before the release committed takes up the
-// permit it was handed, rather than a second one that would leave the
-// first unused until its session ends.
-func (t slotTarget) takeUp(a *attempt, l *line) (grant, bool) {
-	if t.workers {
-		return grant{}, false
-	}
-	for _, r := range l.permits {
-		if !a.c.keeper.handedTo(a.s, &r) || !a.c.keeper.tryClaim(r.grant.StringVal) {
-			continue
-		}
-		a.adopted = append(a.adopted, r.grant.StringVal)
-		return grant{name: t.pool, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal, acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}, true
-	}
-	return grant{}, false
 }
 
 // planWithSessions plans a grant, learning whether the permits' holders
@@ -401,7 +372,7 @@ func (t slotTarget) planWithSessions(ctx context.Context, a *attempt, l *line) (
 			return p, err
 		}
 	}
-	if err := a.resolve(ctx, map[string]*line{l.name: l}, false, t.workers); err != nil {
+	if err := a.resolve(ctx, map[string]*line{l.name: l}, judgePermits, t.workers); err != nil {
 		return slotPlan{}, err
 	}
 	return t.plan(l.state(), maxReap)
@@ -489,20 +460,11 @@ func (t slotTarget) read(ctx context.Context, c *Client, g grant) (row, error) {
 	return readPermitRow(ctx, c.st.db.Single(), c.st.sql, t.pool, g.slot)
 }
 
-func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *queueKey) ([]grant, bool, time.Duration, error) {
+func (t slotTarget) look(c *Client, lines map[string]*line, place *queueKey) (bool, time.Duration, error) {
 	l := lines[t.pool]
 	c.noteSessions(l)
 	if t.workers && !l.row.found {
-		return nil, true, 0, nil
-	}
-	if place != nil {
-		// Handed on: a permit naming s that this Client does not hold.
-		for _, r := range l.permits {
-			if c.keeper.handedTo(s, &r) {
-				return []grant{{name: t.pool, slot: r.slot, token: r.token.Int64, id: r.grant.StringVal,
-					acquiredAt: r.acquired.Time, notBefore: r.highWater.Time}}, false, 0, nil
-			}
-		}
+		return true, 0, nil
 	}
 	st := l.state()
 	p, err := t.plan(st, maxReap)
@@ -511,13 +473,13 @@ func (t slotTarget) look(c *Client, lines map[string]*line, s *session, place *q
 		// Undeclared, or its name taken by another kind, since the waiter
 		// queued: no release will change that. The attempt, which reads
 		// the parent row in its transaction, returns the error.
-		return nil, true, 0, nil
+		return true, 0, nil
 	case p.full && !p.reapOnly:
-		return nil, false, st.soonest().remaining(), fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
-	case l.ahead(c.keeper.owns, false, place):
-		return nil, false, st.soonest().remaining(), errWaitersAhead(t.pool)
+		return false, st.soonest().remaining(), fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
+	case l.ahead(c.keeper, false, place):
+		return false, st.soonest().remaining(), errWaitersAhead(t.pool)
 	}
-	return nil, true, 0, nil
+	return true, 0, nil
 }
 
 // noteSessions remembers the sessions that a read outside transactions

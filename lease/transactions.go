@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -20,20 +19,21 @@ import (
 // lost), and a younger writer of such a row waits for it.
 //
 //	transaction         tag                      reads               writes
-//	acquire a lock      spannerlock-acquire      L, P, W of names    L or P; W (join or leave the line); S (see below)
-//	grant a slot        spannerlock-acquire      parent, P, W        parent, P; W; S (see below)
+//	acquire a lock      spannerlock-acquire      L, P, W of names    L or P; W (join, or leave taking its turn; dead waiters); S (see below)
+//	grant a slot        spannerlock-acquire      parent, P, W        parent, P; W (as for a lock); S (see below)
 //	renew               spannerlock-renew        L, P it checks      S
-//	                                             and of names waited
-//	let go              spannerlock-release      L, P, W of names    L, P (cleared, and handed to waiters); W; S (Close)
-//	leave a line        spannerlock-leave        L, P, W of names    W; L, P handed and never taken up
+//	let go              spannerlock-release      L, P, W of names    L, P of the leases let go (cleared); W (dead waiters); S (Close)
+//	leave a line        spannerlock-leave        L, P, W of names    W (the place left, dead waiters)
 //	restamp             spannerlock-restamp      L it stamps         L
 //	set permits         spannerlock-set-permits  parent              parent
 //	force release       spannerlock-force-release L or parent, P     L or parent, P
 //	                                             (S of a worker ID)
 //	expire a session    spannerlock-end-session  -                   S
 //
+// No transaction writes a row naming another session than its own: a
+// release clears, and the first live waiter takes a free name itself.
 // Whether a waiter, or the holder of a row, is live is read outside the
-// transaction, like every session. // An acquisition writes S only when it creates the session (an insert) or
+// transaction, like every session. An acquisition writes S only when it creates the session (an insert) or
 // the session has idled (a renewal). Every write of S is blind, and no
 // read-write transaction reads S but an operator's force release of a
 // worker ID (forceReleasePermit says why): whether a session is live is read
@@ -55,8 +55,8 @@ type ownedRow struct {
 }
 
 // readOwned reads, in tx, which of keys still name session with their
-// tokens, and which of the names in waits name it with another grant.
-func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction, session string, keys []leaseKey, waits []string) (map[leaseKey]ownedRow, []string, error) {
+// tokens.
+func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction, session string, keys []leaseKey) (map[leaseKey]ownedRow, error) {
 	// The query returns every row naming the session among these names;
 	// the tokens are compared here, against the keys asked about.
 	asked := map[leaseKey]bool{}
@@ -72,15 +72,9 @@ func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction
 			pools = append(pools, k.name)
 		}
 	}
-	waited := map[string]bool{}
-	for _, name := range waits {
-		waited[name] = true
-		locks, pools = append(locks, name), append(pools, name)
-	}
 	owned := map[leaseKey]ownedRow{}
-	var handed []string
-	if len(keys) == 0 && len(waits) == 0 {
-		return owned, nil, nil
+	if len(keys) == 0 {
+		return owned, nil
 	}
 	err := tx.Query(ctx, st.sql.owned.bind(map[string]any{"session": session, "locks": locks, "pools": pools})).Do(func(r *spanner.Row) error {
 		var (
@@ -98,36 +92,30 @@ func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction
 		if part == "permit" {
 			k.slot = slot.Int64
 		}
-		switch {
-		case asked[k]:
+		if asked[k] {
 			owned[k] = o
-		case waited[name] && !slices.Contains(handed, name):
-			handed = append(handed, name)
 		}
 		return nil
 	})
-	return owned, handed, err
+	return owned, err
 }
 
 // renewal is what a renewal found.
 type renewal struct {
 	// owned are the leases checked whose rows still name the session.
 	owned map[leaseKey]ownedRow
-	// handed are the names waited for that a release handed the session.
-	handed []string
 	// sent is when the committed attempt began, commitTs when it committed.
 	sent, commitTs time.Time
 }
 
-// renew extends s: it checks keys (reads L, P), looks whether the names in
-// waits (L, P) name s with a grant it does not know, and renews S with a
-// blind write. It fails with errSessionGone if S is no longer in Spanner.
-func (st *store) renew(ctx context.Context, s *session, keys []leaseKey, waits []string) (renewal, error) {
+// renew extends s: it checks keys (reads L, P) and renews S with a blind
+// write. It fails with errSessionGone if S is no longer in Spanner.
+func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewal, error) {
 	var out renewal
 	ts, err := st.transact(ctx, keeperLane, "spannerlock-renew", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
 		out = renewal{sent: time.Now()}
 		var err error
-		out.owned, out.handed, err = st.readOwned(ctx, tx, s.id, keys, waits)
+		out.owned, err = st.readOwned(ctx, tx, s.id, keys)
 		return []*spanner.Mutation{s.renewal(st.sql, out.sent)}, err
 	})
 	if isRowNotFound(err) {
@@ -142,7 +130,7 @@ func (st *store) renew(ctx context.Context, s *session, keys []leaseKey, waits [
 // renewed_at, never deletes a held lock.
 func (st *store) restamp(ctx context.Context, s *session, keys []leaseKey) error {
 	_, err := st.transact(ctx, keeperLane, "spannerlock-restamp", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		owned, _, err := st.readOwned(ctx, tx, s.id, keys, nil)
+		owned, err := st.readOwned(ctx, tx, s.id, keys)
 		var writes []*spanner.Mutation
 		for k, o := range owned {
 			if o.stale {

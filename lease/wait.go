@@ -69,84 +69,48 @@ func (w *waiter) gaveUp(ctx context.Context) error {
 	return &WaitError{Name: w.name, Err: ctx.Err(), Last: w.last}
 }
 
-// untilTurn waits, in line at place with session s, until a release hands
-// t to s (it returns the grants, claimed: the caller unclaims them once
-// registered, and leftover says whether lines hold other entries or grants
-// of this Client to leave) or it may be t's turn, or its place is gone (it
-// returns nil: the caller attempts, which queues it again if it must). It
+// untilTurn waits, in line at place, until it may be t's turn (it returns
+// nil: the caller attempts, and takes t if it is) or its place is gone
+// (errPlaceGone: the caller attempts, which queues it again if it must). It
 // looks at the line after a backoff step, at once when a release in this
-// process (or the keeper's renewal, which reads the names it waits for)
-// signals one of t's names, and sooner when the blocker's lease is due to
-// expire.
-func (w *waiter) untilTurn(ctx context.Context, t target, s *session, place *queueKey) (handed []grant, leftover bool, err error) {
+// process signals one of t's names, and sooner when the blocker's lease is
+// due to expire.
+func (w *waiter) untilTurn(ctx context.Context, t target, place queueKey) error {
 	var expiresIn time.Duration
 	for {
 		signal, unsubscribe := w.c.subscribeAll(t.names())
 		err := w.sleep(ctx, signal, expiresIn)
 		unsubscribe()
 		if err != nil {
-			return nil, false, err
+			return err
 		}
-		leaves := w.c.keeper.leavesDone()
 		pctx, cancel := context.WithTimeout(ctx, w.c.cfg.pollTimeout())
 		lines, err := readLines(pctx, w.c.st.db.Single(), w.c.st.sql, t.names(), true)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return nil, false, w.gaveUp(ctx)
+			return w.gaveUp(ctx)
 		case err != nil && transient(err):
 			w.saw(err)
 			w.c.log.Warn("reading the line failed; retrying", "name", w.name, "err", err)
 			continue
 		case err != nil:
-			return nil, false, w.c.st.explain(err)
+			return w.c.st.explain(err)
 		}
-		handed, free, in, blocked := t.look(w.c, lines, s, place)
+		free, in, blocked := t.look(w.c, lines, &place)
 		switch {
-		case handed != nil:
-			done, ok := w.c.keeper.claim(grantIDs(handed)...)
-			if !ok {
-				continue // another caller of this Client takes them up
-			}
-			if done != leaves {
-				// A leave of this Client ran since the read, and may have
-				// cleared these grants: look again.
-				w.c.keeper.unclaim(grantIDs(handed)...)
-				continue
-			}
-			return handed, leftovers(w.c, lines, s, place, handed), nil
-		case !inLine(lines, *place):
-			return nil, false, errPlaceGone
+		case !inLine(lines, place):
+			return errPlaceGone
 		case free:
-			return nil, false, nil
+			return nil
 		}
 		w.saw(blocked)
 		expiresIn = in
 	}
 }
 
-// leftovers reports whether lines hold, besides place and the grants
-// handed it, entries of this Client's or grants to s that nobody holds.
-func leftovers(c *Client, lines map[string]*line, s *session, place *queueKey, handed []grant) bool {
-	for name, l := range lines {
-		for _, w := range l.waiters {
-			if c.keeper.owns(w.key.session) && !w.key.is(*place) {
-				return true
-			}
-		}
-		held := c.keeper.heldKeys(name)
-		for _, r := range append([]row{l.row}, l.permits...) {
-			key := leaseKey{name: name, slot: r.slot, token: r.token.Int64, grant: r.grant.StringVal}
-			if r.sessionID.StringVal == s.id && !held[key] && !slices.ContainsFunc(handed, func(g grant) bool { return g.id == key.grant }) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// errPlaceGone says a waiter's place is no longer in line (a release took
-// it for a dead session's, or it was never written): it queues again.
+// errPlaceGone says a waiter's place is no longer in line (a transaction
+// took it for a dead session's, or it was never written): it queues again.
 var errPlaceGone = errors.New("the place in line is gone")
 
 // inLine reports whether place is still in the line of every name.

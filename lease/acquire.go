@@ -106,10 +106,10 @@ func (c *Client) acquire(ctx context.Context, op string, t target, cfg acquireCo
 // acquireOrWait takes t, holding this Client's claim on its names
 // throughout: a Client waits in a line once per name.
 func (c *Client) acquireOrWait(ctx context.Context, t target, cfg acquireConfig, try bool) ([]*Lease, error) {
-	if err := c.st.prepare(ctx); err != nil {
+	w := waiter{c: c, name: strings.Join(t.names(), ",")}
+	if err := c.prepare(ctx, &w, try); err != nil {
 		return nil, err
 	}
-	w := waiter{c: c, name: strings.Join(t.names(), ",")}
 	for {
 		wait, err := c.reserve(t)
 		switch {
@@ -129,6 +129,31 @@ func (c *Client) acquireOrWait(ctx context.Context, t target, cfg acquireConfig,
 			c.unreserve(t)
 		}
 		return leases, err
+	}
+}
+
+// prepare reads the database's dialect, once per Client. A blocking
+// acquisition retries an outage there as it does any other, until its
+// context ends: a Spanner slow to answer the first call of a process is no
+// reason to fail a caller that is willing to wait.
+func (c *Client) prepare(ctx context.Context, w *waiter, try bool) error {
+	for {
+		err := c.st.prepare(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case try:
+			return err
+		case ctx.Err() != nil:
+			return w.gaveUp(ctx)
+		case !transient(err):
+			return err
+		}
+		w.saw(err)
+		c.log.Warn("reading the database dialect failed; retrying", "name", w.name, "err", err)
+		if err := w.sleep(ctx, nil, 0); err != nil {
+			return err
+		}
 	}
 }
 

@@ -266,10 +266,50 @@ func (c *Client) acquireOnce(ctx context.Context, t target, cfg acquireConfig, p
 			return nil, at, s, err
 		}
 		leases, err := c.registerAll(t, s, gs, cfg)
+		if err == nil {
+			err = c.untilBornShare(ctx, s, leases)
+		}
 		if errors.Is(err, ErrLeaseLost) && tries < bornLostRetries {
 			continue
 		}
 		return leases, at, s, err
+	}
+}
+
+// bornShare is the part of its TTL that an acquisition leaves a lease, at
+// least, before its local deadline: a lease is never handed out with less
+// than a quarter of its TTL ahead of it. Renewals keep a session with leases
+// above that (they run every TTL/3 and extend it to TTL minus the margin),
+// so only an acquisition that took long (a loaded machine, a slow Spanner)
+// waits, for the renewal that registering its lease started.
+func (c *Client) bornShare() time.Duration { return c.cfg.ttl / 4 }
+
+// untilBornShare returns once the session of leases, just registered, has
+// bornShare ahead of it: at once, or when the renewal that register asked
+// for is confirmed. If the session ends first, the leases are lost (the
+// error matches ErrLeaseLost, and the caller may acquire again); if ctx
+// ends first, they are given back and ctx's error returned.
+func (c *Client) untilBornShare(ctx context.Context, s *session, leases []*Lease) error {
+	for {
+		extended := s.untilExtended()
+		switch {
+		case s.isEnded():
+			for _, l := range leases {
+				l.lose(s.endReason(), "its session ended before a renewal gave it a quarter of its TTL")
+			}
+			return context.Cause(leases[0].ctx)
+		case s.remaining() >= c.bornShare():
+			return nil
+		}
+		c.keeper.wake()
+		select {
+		case <-extended:
+		case <-ctx.Done():
+			for _, l := range leases {
+				c.giveBack(l)
+			}
+			return ctx.Err()
+		}
 	}
 }
 

@@ -51,6 +51,9 @@ type session struct {
 	cursor int
 	// reason is why it ended, when a loss ended it.
 	reason lossReason
+	// extended, when not nil, is closed when the deadline next moves
+	// later, or when the session ends (see untilExtended).
+	extended chan struct{}
 }
 
 type sessionState int
@@ -144,6 +147,28 @@ func (s *session) confirm(r role, sent, commitTs time.Time) bool {
 	return ok
 }
 
+// untilExtended returns a channel closed when the session's deadline next
+// moves later or the session ends.
+func (s *session) untilExtended() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.extended == nil {
+		s.extended = make(chan struct{})
+		if s.state == sessionEnded {
+			close(s.extended)
+		}
+	}
+	return s.extended
+}
+
+// signalExtendedLocked wakes the callers of untilExtended; s.mu is held.
+func (s *session) signalExtendedLocked() {
+	if s.extended != nil {
+		close(s.extended)
+		s.extended = nil
+	}
+}
+
 // renewed is confirm for a renewal.
 func (s *session) renewed(sent, commitTs time.Time) bool {
 	return s.confirm(joinRefresh, sent, commitTs)
@@ -164,6 +189,7 @@ func (s *session) extend(sent time.Time) {
 		return
 	}
 	s.deadline = d
+	s.signalExtendedLocked()
 	if s.timer == nil {
 		s.timer = time.AfterFunc(time.Until(d), s.checkDeadline)
 	} else {
@@ -320,6 +346,7 @@ func (s *session) end(reason lossReason) (ended, mayBeLive bool) {
 	mayBeLive = s.state == sessionActive || s.state == sessionCreating
 	s.state = sessionEnded
 	s.reason = reason
+	s.signalExtendedLocked()
 	if s.timer != nil {
 		s.timer.Stop()
 	}

@@ -106,7 +106,10 @@
 // left, starts a new one), so the lease starts with close to a full TTL;
 // an acquisition into a livelier session starts with what its
 // session has left, more than half a TTL when it began (the keeper renews
-// every TTL/3).
+// every TTL/3). No acquisition returns a lease with less than a quarter of
+// its TTL ahead of it: one whose transaction took longer than that (a
+// loaded machine, a slow Spanner) returns once the renewal it started is
+// confirmed, and acquires again if the session ends first.
 //
 // No false alarms. A failed renewal (one lost RPC, an abort, a brief outage)
 // is retried with backoff until the local deadline; the Context is cancelled

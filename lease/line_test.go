@@ -336,7 +336,10 @@ func TestADeadWaiterLeavesAWorkerPoolsLine(t *testing.T) {
 		f.partition(true)
 		dcancel()
 		select {
-		case <-gave:
+		case err := <-gave:
+			if err == nil {
+				t.Fatal("the doomed waiter, cut off from Spanner, was given a worker ID")
+			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("the doomed waiter did not give up within 20s of its context ending")
 		}

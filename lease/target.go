@@ -473,7 +473,7 @@ func (t slotTarget) look(c *Client, lines map[string]*line, place *queueKey) (bo
 		// Undeclared, or its name taken by another kind, since the waiter
 		// queued: no release will change that. The attempt, which reads
 		// the parent row in its transaction, returns the error.
-		return true, 0, nil
+		return true, 0, nil //nolint:nilerr // the attempt reports it, from what it reads in its transaction
 	case p.full && !p.reapOnly:
 		return false, st.soonest().remaining(), fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
 	case l.ahead(c.keeper, false, place):

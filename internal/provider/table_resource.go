@@ -967,17 +967,6 @@ func (m *tableModel) refresh(ins locktable.Inspection) {
 	if err != nil {
 		want = locktable.Options{}
 	}
-	stmts, err := ins.Plan(want)
-	if err != nil {
-		// Read must succeed so that Terraform can still destroy or import;
-		// every plan warns about it (ModifyPlan), and an update that would
-		// migrate fails.
-		stmts = nil
-	}
-	m.PendingDDL = ddlList(stmts)
-	m.Drift = ddlList(drift(ins, want))
-	m.Drifted = types.BoolValue(len(m.Drift.Elements()) > 0)
-	m.SchemaVersion = types.Int64Value(int64(ins.Version))
 	switch {
 	case ins.CleanupAfter == 0:
 		m.CleanupAfter = types.StringNull()
@@ -987,6 +976,24 @@ func (m *tableModel) refresh(ins locktable.Inspection) {
 	default:
 		m.CleanupAfter = types.StringValue(locktable.FormatCleanupAfter(ins.CleanupAfter))
 	}
+	// The state records the table as it is, cleanup period included, so
+	// pending_ddl is what the table needs with that period (a version
+	// migration, a repair); a plan that changes cleanup_after adds its
+	// statements. Computed from the cleanup_after the state held before,
+	// an import (which holds none) recorded DROP ROW DELETION POLICY for
+	// every table with cleanup, and planned an update of pending_ddl.
+	live := locktable.Options{CleanupAfter: ins.CleanupAfter}
+	stmts, err := ins.Plan(live)
+	if err != nil {
+		// Read must succeed so that Terraform can still destroy or import;
+		// every plan warns about it (ModifyPlan), and an update that would
+		// migrate fails.
+		stmts = nil
+	}
+	m.PendingDDL = ddlList(stmts)
+	m.Drift = ddlList(drift(ins, live))
+	m.Drifted = types.BoolValue(len(m.Drift.Elements()) > 0)
+	m.SchemaVersion = types.Int64Value(int64(ins.Version))
 }
 
 func protected(m tableModel) bool {

@@ -288,6 +288,53 @@ func testAccTableImportExisting(t *testing.T, d locktable.Dialect) {
 	})
 }
 
+// A table with cleanup_after imports clean: the configuration that names
+// its cleanup period plans no change, by import command or import block.
+// pending_ddl was computed from the state before the live cleanup period
+// was read, so every import of such a table planned an update of it.
+func TestAccTable_importWithCleanupAfterPlansNoChange(t *testing.T) {
+	eachDialect(t, locktable.Dialects, func(t *testing.T, d locktable.Dialect) {
+		db, prov := accDatabaseIn(t, d, d.CreateDDL("locks", locktable.Options{CleanupAfter: 30 * 24 * time.Hour})...)
+		sc := emulator.Client(t, db)
+		config := tableConfig(prov, `  cleanup_after = "30d"`+"\n")
+		resource.Test(t, resource.TestCase{
+			PreCheck:                 func() { testAccPreCheck(t) },
+			ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+			CheckDestroy:             destroyed(t, sc),
+			Steps: []resource.TestStep{
+				{
+					Config:          config,
+					ResourceName:    tableAddress,
+					ImportState:     true,
+					ImportStateKind: resource.ImportBlockWithID,
+					ImportStateId:   db + "/tables/locks",
+				},
+				{
+					Config:             config,
+					ResourceName:       tableAddress,
+					ImportState:        true,
+					ImportStateId:      db + "/tables/locks",
+					ImportStatePersist: true,
+				},
+				{
+					Config:   config,
+					PlanOnly: true,
+				},
+				{
+					// Only the Terraform-only setting changes, so that the
+					// test can destroy what it imported.
+					Config: tableConfig(prov, unprotected+`  cleanup_after = "30d"`+"\n"),
+					ConfigPlanChecks: resource.ConfigPlanChecks{
+						PreApply: []plancheck.PlanCheck{
+							plancheck.ExpectKnownValue(tableAddress, tfjsonpath.New("pending_ddl"), emptyList),
+						},
+					},
+				},
+			},
+		})
+	})
+}
+
 // An import block with -generate-config-out: the generated block plans no
 // change.
 func TestAccTable_importBlockGeneratesConfig(t *testing.T) {

@@ -109,6 +109,9 @@ CMD runs in a process group of its own. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 SIGUSR1 and SIGUSR2 sent to spannerlock go to CMD's whole group; spannerlock
 releases the lease once CMD has exited and exits with CMD's status. Before
 CMD starts, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait (128+N).
+SIGHUP or SIGINT that spannerlock was started with ignored (nohup, or a
+script's spannerlock ... &) stays ignored, by spannerlock and by CMD, as
+with flock.
 
 The lease and CMD: if the lease is lost while CMD runs, CMD's group gets
 SIGTERM (and SIGCONT, should it be stopped), then SIGKILL after

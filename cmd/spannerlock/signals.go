@@ -21,9 +21,25 @@ type signals struct {
 
 func notifySignals() *signals {
 	s := &signals{ch: make(chan os.Signal, 16)}
-	signal.Notify(s.ch, forwardedSignals...)
+	signal.Notify(s.ch, notIgnored(forwardedSignals)...)
 	s.jobs = notifyJobControl()
 	return s
+}
+
+// notIgnored returns sigs without those spannerlock started with ignored,
+// as nohup leaves SIGHUP and a non-interactive shell leaves SIGINT for a
+// background job: caught, they would reach CMD, and a handler set for them
+// would end their being ignored in CMD, which inherits only an ignored
+// signal. Go's runtime keeps only SIGHUP and SIGINT as it found them, so
+// those are the two that stay ignored.
+func notIgnored(sigs []os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, sig := range sigs {
+		if !signal.Ignored(sig) {
+			out = append(out, sig)
+		}
+	}
+	return out
 }
 
 // stopping reports whether sig asks spannerlock to stop: end a wait, or

@@ -23,6 +23,8 @@ CMD gets spannerlock's environment plus:
   SPANNERLOCK_TOKEN       the fencing token: larger than every earlier
                           holder's, so storage can reject a stale holder
   SPANNERLOCK_HOLDER_ID   this process's holder ID
+  SPANNERLOCK_SET_FOR_CMD the names of these, which a spannerlock that CMD
+                          runs does not take as its flags
   TRACEPARENT             when spannerlock exports traces
                           (OTEL_EXPORTER_OTLP_ENDPOINT), the W3C trace
                           context of CMD's span, with TRACESTATE if any,

@@ -42,7 +42,8 @@ func TestLockExitStatus(t *testing.T) {
 }
 
 // CMD's environment is spannerlock's own, unchanged, plus the three
-// SPANNERLOCK_* variables; the token grows with each acquisition.
+// SPANNERLOCK_* variables and SPANNERLOCK_SET_FOR_CMD listing them; the
+// token grows with each acquisition.
 func TestLockEnvironment(t *testing.T) {
 	c := newCLI(t)
 	// Without OpenTelemetry set up, a trace context passes through as it is.
@@ -51,7 +52,8 @@ func TestLockEnvironment(t *testing.T) {
 		r := c.expect(0, "--holder-id", "worker-7", "lock", "report", "--", "env")
 		got := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		want := append(slices.Clone(c.env),
-			"SPANNERLOCK_NAME=report", "SPANNERLOCK_TOKEN="+strconv.Itoa(token), "SPANNERLOCK_HOLDER_ID=worker-7")
+			"SPANNERLOCK_NAME=report", "SPANNERLOCK_TOKEN="+strconv.Itoa(token), "SPANNERLOCK_HOLDER_ID=worker-7",
+			"SPANNERLOCK_SET_FOR_CMD=SPANNERLOCK_NAME SPANNERLOCK_TOKEN SPANNERLOCK_HOLDER_ID")
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {

@@ -95,8 +95,13 @@ func newApp(stdout, stderr io.Writer) *app {
 
 // lookupEnv reads spannerlock's environment as it started.
 func (a *app) lookupEnv(key string) (string, bool) {
-	for i := len(a.environ) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(a.environ[i], "="); ok && k == key {
+	return lookupIn(a.environ, key)
+}
+
+// lookupIn reads key in env, whose last value wins.
+func lookupIn(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
 			return v, true
 		}
 	}

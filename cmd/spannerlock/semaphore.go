@@ -105,7 +105,7 @@ func (a *app) setPermits(args []string) error {
 	defer c.close()
 	var before lease.Semaphore
 	declared := true
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
 		before, err = c.lease.Semaphore(ctx, name)
 		if errors.Is(err, lease.ErrUnknownSemaphore) {
@@ -151,7 +151,7 @@ func (a *app) getSemaphore(args []string) error {
 	}
 	defer c.close()
 	var s lease.Semaphore
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
 		s, err = c.lease.Semaphore(ctx, name)
 		if errors.Is(err, lease.ErrUnknownSemaphore) {

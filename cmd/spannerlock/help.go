@@ -115,7 +115,9 @@ releases the lease once CMD has exited and exits with CMD's status. Before
 CMD starts, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait (128+N).
 SIGHUP or SIGINT that spannerlock was started with ignored (nohup, or a
 script's spannerlock ... &) stays ignored, by spannerlock and by CMD, as
-with flock.
+with flock. Interrupted by a SIGINT sent to it (kill -INT, Ctrl-C while
+its own group has the terminal), spannerlock releases the lease and dies
+of SIGINT itself, so that a calling script's loop stops as around flock.
 
 The lease and CMD: if the lease is lost while CMD runs, CMD's group gets
 SIGTERM (and SIGCONT, should it be stopped), then SIGKILL after

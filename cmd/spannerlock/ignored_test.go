@@ -80,3 +80,31 @@ func TestHangupNotIgnored(t *testing.T) {
 		t.Fatalf("still held by %q after SIGHUP", h.HolderID)
 	}
 }
+
+// Ctrl-C stops a script's loop around spannerlock, as around flock:
+// spannerlock, interrupted, releases its lease and dies of SIGINT, and bash
+// ends a loop only for a child that died of it (one that exits 130 handled
+// the interrupt itself). The second iteration would run at once, and the
+// loop would print what it did.
+func TestInterruptStopsTheCallingLoop(t *testing.T) {
+	c := newCLI(t)
+	lc := c.client()
+	p := startProgramWith(t, &syscall.SysProcAttr{Setpgid: true}, c.dir, c.env, nil, "bash", "-c", `
+		for i in 1 2; do
+			"$0" --ttl 1m lock x --shell -- '[ -e child ] && exit 0; echo $$ > child; exec sleep 300'
+			echo "iteration $i exit $?"
+		done`, binary)
+	c.waitFile("child")
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(); code != 128+int(syscall.SIGINT) || p.stdout.String() != "" {
+		t.Fatalf("after Ctrl-C, the loop exited %d, want death by SIGINT, and printed %q, want nothing\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	if h := holderOf(t, lc, "x"); h != nil {
+		t.Fatalf("still held by %q: not released before dying of SIGINT", h.HolderID)
+	}
+	if pid := c.pid("child"); !dead(pid) {
+		t.Fatalf("CMD (pid %d) outlived the interrupt", pid)
+	}
+}

@@ -55,7 +55,15 @@ func main() {
 		os.Exit(reaperMain(os.Args[2:]))
 	}
 	a := newApp(os.Stdout, os.Stderr)
-	os.Exit(a.main(os.Args[1:]))
+	code := a.main(os.Args[1:])
+	if code == signalStatus(os.Interrupt) && a.sigs.interrupted.Load() {
+		// Interrupted, spannerlock dies of SIGINT, having released its
+		// lease, so that the shell that ran it stops too: bash ends a
+		// script's loop only for a child that died of SIGINT, not for one
+		// that exited 130.
+		dieOf(os.Interrupt)
+	}
+	os.Exit(code)
 }
 
 // app is one invocation of spannerlock.

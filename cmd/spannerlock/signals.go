@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -14,6 +15,8 @@ import (
 // end what spannerlock is waiting for and the rest are dropped.
 type signals struct {
 	ch chan os.Signal
+	// interrupted is set once SIGINT has arrived.
+	interrupted atomic.Bool
 	// jobs receives the job-control signals (SIGTSTP, SIGCONT) while CMD
 	// runs (see jobControl); otherwise SIGTSTP stops spannerlock.
 	jobs *jobControl
@@ -21,7 +24,16 @@ type signals struct {
 
 func notifySignals() *signals {
 	s := &signals{ch: make(chan os.Signal, 16)}
-	signal.Notify(s.ch, notIgnored(forwardedSignals)...)
+	raw := make(chan os.Signal, 16)
+	signal.Notify(raw, notIgnored(forwardedSignals)...)
+	go func() {
+		for sig := range raw {
+			if sig == os.Interrupt {
+				s.interrupted.Store(true)
+			}
+			s.ch <- sig
+		}
+	}()
 	s.jobs = notifyJobControl()
 	return s
 }

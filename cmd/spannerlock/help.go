@@ -115,9 +115,10 @@ releases the lease once CMD has exited and exits with CMD's status. Before
 CMD starts, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait (128+N).
 SIGHUP or SIGINT that spannerlock was started with ignored (nohup, or a
 script's spannerlock ... &) stays ignored, by spannerlock and by CMD, as
-with flock. Interrupted by a SIGINT sent to it (kill -INT, Ctrl-C while
-its own group has the terminal), spannerlock releases the lease and dies
-of SIGINT itself, so that a calling script's loop stops as around flock.
+with flock. Interrupted by SIGINT, spannerlock releases the lease and dies
+of SIGINT itself, so that a calling script's loop stops as around flock;
+when CMD had the terminal, so that Ctrl-C reached CMD alone, spannerlock
+sends SIGINT to its own process group (the shells that ran it) as it dies.
 
 The lease and CMD: if the lease is lost while CMD runs, CMD's group gets
 SIGTERM (and SIGCONT, should it be stopped), then SIGKILL after

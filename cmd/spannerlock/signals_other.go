@@ -12,4 +12,4 @@ var forwardedSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
 func signalName(sig os.Signal) string { return sig.String() }
 
 // dieOf does nothing here: the caller exits with 128+N.
-func dieOf(os.Signal) {}
+func dieOf(os.Signal, bool) {}

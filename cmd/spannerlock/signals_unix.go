@@ -28,15 +28,20 @@ func signalName(sig os.Signal) string {
 	return sig.String()
 }
 
-// dieOf ends spannerlock by sig's default action; should that not happen
-// at once, it returns, and the caller exits with 128+N.
-func dieOf(sig os.Signal) {
+// dieOf ends spannerlock by sig's default action, sent to its whole
+// process group if group is set; should that not happen at once, it
+// returns, and the caller exits with 128+N.
+func dieOf(sig os.Signal, group bool) {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
 		return
 	}
 	signal.Reset(sig)
-	if syscall.Kill(os.Getpid(), s) == nil {
+	pid := os.Getpid()
+	if group {
+		pid = 0
+	}
+	if syscall.Kill(pid, s) == nil {
 		time.Sleep(time.Second)
 	}
 }

@@ -95,7 +95,7 @@ func runBreak(a *app, args []string) error {
 	}
 	defer c.close()
 	var held lease.Holder
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
 		held, err = t.holder(ctx, c)
 		return err
@@ -110,7 +110,7 @@ func runBreak(a *app, args []string) error {
 		}
 	}
 	var ended lease.Holder
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
 		if t.lockName != "" {
 			ended, err = c.lease.ForceRelease(ctx, t.lockName)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,11 +105,29 @@ func looksLikeText(head []byte) bool {
 	return false
 }
 
+// envSetForCMD lists, in CMD's environment, the SPANNERLOCK_* variables
+// that spannerlock set for CMD (and those an outer spannerlock set): a
+// spannerlock that CMD runs does not read them as flags, so that the outer
+// lease's SPANNERLOCK_HOLDER_ID and SPANNERLOCK_SLOT are not its
+// --holder-id and --slot.
+const envSetForCMD = "SPANNERLOCK_SET_FOR_CMD"
+
 // with returns the spec with vars (KEY=value) added to CMD's environment,
-// replacing inherited values of the same keys.
+// replacing inherited values of the same keys, and listed in
+// SPANNERLOCK_SET_FOR_CMD.
 func (s *childSpec) with(vars ...string) *childSpec {
 	out := *s
+	v, _ := lookupIn(s.env, envSetForCMD)
+	set := strings.Fields(v)
+	for _, kv := range vars {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, envPrefix) && !slices.Contains(set, k) {
+			set = append(set, k)
+		}
+	}
 	out.env = append(append([]string(nil), s.env...), vars...)
+	if len(set) > 0 {
+		out.env = append(out.env, envSetForCMD+"="+strings.Join(set, " "))
+	}
 	return &out
 }
 

@@ -32,11 +32,26 @@ const diagnoseTimeout = 10 * time.Second
 // minute and more without one.
 const defaultReadTimeout = 30 * time.Second
 
-// readTimeoutFlag registers --timeout for commands that only read.
-func readTimeoutFlag(fs *flag.FlagSet) *time.Duration {
-	d := new(time.Duration)
-	durationVar(fs, d, "timeout", defaultReadTimeout, "give up with exit status 1 if Spanner has not answered within this long")
+// readTimeoutFlag registers --timeout for commands that only read. A read
+// is tried once whatever the timeout, so 0, which for the commands that
+// wait means "try once, as --try" (SPANNERLOCK_TIMEOUT=0 is set for them
+// too), means the default here.
+func readTimeoutFlag(fs *flag.FlagSet) *readTimeout {
+	d := &readTimeout{defaultReadTimeout}
+	durationVar(fs, &d.d, "timeout", defaultReadTimeout,
+		"give up with exit status 1 if Spanner has not answered within this long (0: the default)")
 	return d
+}
+
+// readTimeout is --timeout of a command that only reads.
+type readTimeout struct{ d time.Duration }
+
+// get is the timeout, the default for 0.
+func (t *readTimeout) get() time.Duration {
+	if t.d == 0 {
+		return defaultReadTimeout
+	}
+	return t.d
 }
 
 // read runs one read against Spanner under the timeout, ending early at a

@@ -101,16 +101,27 @@ func canonicalFlag(name string) string {
 // applyEnv sets every flag of fs that the command line did not set from its
 // environment variable, if that is set, and records which it set. A value
 // from the environment is checked as one from the command line is; its
-// error names the variable.
+// error names the variable. Variables an outer spannerlock set for the CMD
+// that runs this one (SPANNERLOCK_SET_FOR_CMD) are not flags here, and an
+// output format that another command has but this one lacks
+// (SPANNERLOCK_OUTPUT=table, for status, given to break) is left to the
+// commands that have it.
 func (a *app) applyEnv(fs *flag.FlagSet) error {
 	fs.Visit(func(f *flag.Flag) { a.onCommandLine[canonicalFlag(f.Name)] = true })
+	setForCMD, _ := a.lookupEnv(envSetForCMD)
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, alias := flagAliases[f.Name]; alias || err != nil || a.onCommandLine[f.Name] {
 			return
 		}
+		if slices.Contains(strings.Fields(setForCMD), envName(f.Name)) {
+			return
+		}
 		v, ok := a.lookupEnv(envName(f.Name))
 		if !ok {
+			return
+		}
+		if c, ok := f.Value.(choiceValue); ok && f.Name == "output" && !slices.Contains(c.choices, v) && slices.Contains(outputFormats, v) {
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
@@ -217,7 +228,11 @@ func noCommand(fs *flag.FlagSet, argv []string) error {
 	return nil
 }
 
-// outputFlag registers -o/--output, whose values are the formats.
+// outputFormats are the formats of every command's --output.
+var outputFormats = []string{"table", "text", "json"}
+
+// outputFlag registers -o/--output, whose values are the formats, some of
+// outputFormats.
 func outputFlag(fs *flag.FlagSet, formats ...string) *string {
 	o := new(string)
 	*o = formats[0]

@@ -81,10 +81,13 @@ Every flag can be set by an environment variable: SPANNERLOCK_ and the
 flag's name in capitals, with - as _ (--poll-interval is
 SPANNERLOCK_POLL_INTERVAL, --try is SPANNERLOCK_TRY=true). A flag on the
 command line wins over its variable, and a variable gives way to a flag on
-the command line that excludes it (SPANNERLOCK_TIMEOUT to --try). Note that
-CMD gets SPANNERLOCK_HOLDER_ID and, under run-once, SPANNERLOCK_SLOT: a
-spannerlock that CMD runs takes them as --holder-id and --slot unless told
-otherwise.
+the command line that excludes it (SPANNERLOCK_TIMEOUT to --try). A
+spannerlock that CMD runs does not take the variables set for CMD (listed
+in SPANNERLOCK_SET_FOR_CMD) as its flags: the outer SPANNERLOCK_HOLDER_ID
+and SPANNERLOCK_SLOT are not its --holder-id and --slot. A command ignores
+an SPANNERLOCK_OUTPUT format it does not have (table, for status, in
+break); SPANNERLOCK_TIMEOUT=0 is the default timeout of the commands that
+only read.
 
 Read:
   SPANNERLOCK_DATABASE, SPANNERLOCK_TABLE   --database and --table
@@ -101,6 +104,7 @@ Set for CMD, besides spannerlock's own environment:
   SPANNERLOCK_TOKEN       the fencing token
   SPANNERLOCK_HOLDER_ID   this process's holder ID
   SPANNERLOCK_SLOT        run-once: the slot, RFC 3339 in UTC
+  SPANNERLOCK_SET_FOR_CMD the names of these, for a spannerlock CMD runs
   TRACEPARENT, TRACESTATE when exporting: CMD's span, for its own tracing to join
 `
 
@@ -109,6 +113,12 @@ CMD runs in a process group of its own. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 SIGUSR1 and SIGUSR2 sent to spannerlock go to CMD's whole group; spannerlock
 releases the lease once CMD has exited and exits with CMD's status. Before
 CMD starts, SIGINT, SIGTERM, SIGHUP and SIGQUIT end the wait (128+N).
+SIGHUP or SIGINT that spannerlock was started with ignored (nohup, or a
+script's spannerlock ... &) stays ignored, by spannerlock and by CMD, as
+with flock. Interrupted by SIGINT, spannerlock releases the lease and dies
+of SIGINT itself, so that a calling script's loop stops as around flock;
+when CMD had the terminal, so that Ctrl-C reached CMD alone, spannerlock
+sends SIGINT to its own process group (the shells that ran it) as it dies.
 
 The lease and CMD: if the lease is lost while CMD runs, CMD's group gets
 SIGTERM (and SIGCONT, should it be stopped), then SIGKILL after
@@ -140,5 +150,6 @@ Duration flags (--ttl, --timeout, --poll-interval, --kill-after,
 --max-outage, --every) take Go's durations, a number and a unit: 250ms,
 30s, 5m, 1h30m; and whole days: 1d, 30d, 1d12h. A number without a unit is
 refused, with the forms to write it in. --timeout 0 does not wait (as
---try); --poll-interval is at least 50ms.
+--try), and is the default for the commands that only read;
+--poll-interval is at least 50ms.
 `

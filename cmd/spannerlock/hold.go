@@ -28,7 +28,7 @@ func (f *waitFlags) register(a *app, fs *flag.FlagSet, busy string) {
 	f.timeout.register(fs, "timeout", "give up after this long (connecting included), with exit status 75 if "+busy+
 		"; 0 tries once, as --try (default: wait until acquired)")
 	fs.Var(exitCodeValue{&a.conflictCode}, "conflict-exit-code",
-		"exit with this `status` instead of 75 when --try or --timeout finds that "+busy+" (as flock -E)")
+		"exit with this `status` instead of 75 when --try or --timeout finds that "+busy+" (as flock -E); with 0, say nothing")
 }
 
 // exitCodeValue is a flag that sets an exit status, 0 to 255.
@@ -126,8 +126,13 @@ func (a *app) acquire(ctx context.Context, c *conn, f waitFlags, acq acquisition
 }
 
 // conflict ends spannerlock with exit status 75 (or --conflict-exit-code):
-// Spanner said that what it wanted is held.
+// Spanner said that what it wanted is held. With --conflict-exit-code 0 a
+// held lock is success, and says nothing, as flock -n -E 0: cron mails
+// whatever a job writes.
 func (a *app) conflict(format string, args ...any) error {
+	if a.conflictCode == exitOK {
+		return &exitError{code: exitOK}
+	}
 	return exitWith(a.conflictCode, format, args...)
 }
 

@@ -56,7 +56,7 @@ func runHolder(a *app, args []string) error {
 	}
 	defer c.close()
 	var out []any
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		h, err := c.lease.Holder(ctx, name)
 		switch {
 		case err == nil:

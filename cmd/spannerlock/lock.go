@@ -23,6 +23,8 @@ CMD gets spannerlock's environment plus:
   SPANNERLOCK_TOKEN       the fencing token: larger than every earlier
                           holder's, so storage can reject a stale holder
   SPANNERLOCK_HOLDER_ID   this process's holder ID
+  SPANNERLOCK_SET_FOR_CMD the names of these, which a spannerlock that CMD
+                          runs does not take as its flags
   TRACEPARENT             when spannerlock exports traces
                           (OTEL_EXPORTER_OTLP_ENDPOINT), the W3C trace
                           context of CMD's span, with TRACESTATE if any,
@@ -31,10 +33,12 @@ CMD gets spannerlock's environment plus:
 CMD runs without a shell (use --shell for shell syntax), in a process group
 of its own, with spannerlock's stdin, stdout and stderr. SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to spannerlock go to CMD's whole
-group; spannerlock releases the lock once CMD has exited. If the lock is
-lost while CMD runs (spannerlock could not renew it within the TTL), CMD's
-group gets SIGTERM, then SIGKILL after --kill-after, and spannerlock exits
-76. Processes CMD leaves running when it exits are stopped the same way.
+group (SIGHUP or SIGINT it was started with ignored, as under nohup, stays
+ignored for both); spannerlock releases the lock once CMD has exited. If
+the lock is lost while CMD runs (spannerlock could not renew it within the
+TTL), CMD's group gets SIGTERM, then SIGKILL after --kill-after, and
+spannerlock exits 76. Processes CMD leaves running when it exits are
+stopped the same way.
 
 Without CMD, spannerlock prints the token and holds the lock until SIGINT or
 SIGTERM (exit 0), or until it is lost (exit 76).

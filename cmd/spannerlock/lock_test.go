@@ -42,7 +42,8 @@ func TestLockExitStatus(t *testing.T) {
 }
 
 // CMD's environment is spannerlock's own, unchanged, plus the three
-// SPANNERLOCK_* variables; the token grows with each acquisition.
+// SPANNERLOCK_* variables and SPANNERLOCK_SET_FOR_CMD listing them; the
+// token grows with each acquisition.
 func TestLockEnvironment(t *testing.T) {
 	c := newCLI(t)
 	// Without OpenTelemetry set up, a trace context passes through as it is.
@@ -51,7 +52,8 @@ func TestLockEnvironment(t *testing.T) {
 		r := c.expect(0, "--holder-id", "worker-7", "lock", "report", "--", "env")
 		got := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		want := append(slices.Clone(c.env),
-			"SPANNERLOCK_NAME=report", "SPANNERLOCK_TOKEN="+strconv.Itoa(token), "SPANNERLOCK_HOLDER_ID=worker-7")
+			"SPANNERLOCK_NAME=report", "SPANNERLOCK_TOKEN="+strconv.Itoa(token), "SPANNERLOCK_HOLDER_ID=worker-7",
+			"SPANNERLOCK_SET_FOR_CMD=SPANNERLOCK_NAME SPANNERLOCK_TOKEN SPANNERLOCK_HOLDER_ID")
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
@@ -413,15 +415,19 @@ func TestFlagsFromEnvironment(t *testing.T) {
 
 // --conflict-exit-code replaces 75, as flock -E does, for a cron wrapper
 // that counts a held lock as success; only a lock Spanner said was held
-// gets it.
+// gets it. With 0 nothing is written (cron would mail it), as flock -n -E 0;
+// other codes still say who holds it.
 func TestConflictExitCode(t *testing.T) {
 	c := newCLI(t)
 	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "x"); err != nil {
 		t.Fatal(err)
 	}
 	r := c.expect(0, "lock", "--try", "--conflict-exit-code", "0", "x", "--", "touch", "ran")
-	if c.exists("ran") || !strings.Contains(r.stderr, `"the-holder"`) {
-		t.Fatalf("ran %v, stderr:\n%s", c.exists("ran"), r.stderr)
+	if c.exists("ran") || r.stderr != "" || r.stdout != "" {
+		t.Fatalf("ran %v, stdout %q, stderr %q: want nothing", c.exists("ran"), r.stdout, r.stderr)
+	}
+	if r := c.expect(9, "lock", "--try", "--conflict-exit-code", "9", "x", "--", "true"); !strings.Contains(r.stderr, `"the-holder"`) {
+		t.Fatalf("--conflict-exit-code 9 does not name the holder:\n%s", r.stderr)
 	}
 	lc := c.client()
 	if err := lc.SetPermits(testContext(t), "sem", 1); err != nil {

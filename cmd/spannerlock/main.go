@@ -55,7 +55,17 @@ func main() {
 		os.Exit(reaperMain(os.Args[2:]))
 	}
 	a := newApp(os.Stdout, os.Stderr)
-	os.Exit(a.main(os.Args[1:]))
+	code := a.main(os.Args[1:])
+	if code == signalStatus(os.Interrupt) && (a.sigs.interrupted.Load() || a.interruptGroup) {
+		// Interrupted, spannerlock dies of SIGINT, having released its
+		// lease, so that the shell that ran it stops too: bash ends a
+		// script's loop only for a child that died of SIGINT, not for one
+		// that exited 130, and only if it got SIGINT itself, which it did
+		// not when CMD had the terminal: then the SIGINT goes to
+		// spannerlock's whole group.
+		dieOf(os.Interrupt, a.interruptGroup)
+	}
+	os.Exit(code)
 }
 
 // app is one invocation of spannerlock.
@@ -76,6 +86,10 @@ type app struct {
 	// environment asks for it, and runSpan the span of this run.
 	telemetry *telemetry
 	runSpan   trace.Span
+	// interruptGroup is set when CMD, with the terminal its group's, died
+	// of SIGINT: a Ctrl-C that reached neither spannerlock nor the shells
+	// that ran it, in spannerlock's process group.
+	interruptGroup bool
 	// conflictCode is the exit status for "held" (--conflict-exit-code),
 	// doneCode for a run-once slot done already (--done-exit-code).
 	conflictCode, doneCode int
@@ -95,8 +109,13 @@ func newApp(stdout, stderr io.Writer) *app {
 
 // lookupEnv reads spannerlock's environment as it started.
 func (a *app) lookupEnv(key string) (string, bool) {
-	for i := len(a.environ) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(a.environ[i], "="); ok && k == key {
+	return lookupIn(a.environ, key)
+}
+
+// lookupIn reads key in env, whose last value wins.
+func lookupIn(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
 			return v, true
 		}
 	}

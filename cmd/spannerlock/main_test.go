@@ -105,8 +105,15 @@ func start(t *testing.T, dir string, envv []string, stdin io.Reader, args ...str
 // startProgram is start for any program.
 func startProgram(t *testing.T, dir string, envv []string, stdin io.Reader, program string, args ...string) *proc {
 	t.Helper()
+	return startProgramWith(t, nil, dir, envv, stdin, program, args...)
+}
+
+// startProgramWith is startProgram with attr for the process (a process
+// group of its own).
+func startProgramWith(t *testing.T, attr *syscall.SysProcAttr, dir string, envv []string, stdin io.Reader, program string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(program, args...)
-	cmd.Dir, cmd.Env, cmd.Stdin = dir, envv, stdin
+	cmd.Dir, cmd.Env, cmd.Stdin, cmd.SysProcAttr = dir, envv, stdin, attr
 	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	// A process left behind holding stdout open must not hang the test:

@@ -96,7 +96,7 @@ func TestSemaphoreCommand(t *testing.T) {
 		}
 
 		r = c.expect(0, "semaphore", "set", "crawlers", "1")
-		if !strings.Contains(r.stderr, "it had 2") {
+		if !strings.Contains(r.stderr, "Semaphore crawlers has 1 permit (it had 2)") {
 			t.Errorf("lowering the limit: %s", r.stderr)
 		}
 		c.expect(exitNotAcquired, "permit", "--try", "crawlers", "--", "true")

@@ -159,6 +159,9 @@ func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration,
 	onExit := func() {
 		exited = nil
 		out.status = c.status
+		// Ctrl-C reached CMD alone, its group having the terminal: the
+		// shells that ran spannerlock get SIGINT from it as they exit.
+		a.interruptGroup = c.foreground && c.status == signalStatus(syscall.SIGINT)
 		out.lost = lostBefore(c, l, lostSeen)
 		log.Info("CMD exited", "status", c.status, "pid", c.pgid)
 	}

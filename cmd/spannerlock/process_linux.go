@@ -221,9 +221,10 @@ func reaperMain(args []string) int {
 	// Every signal that could reach this process: the parent-death signal,
 	// and what a kill of its group sends. None may kill the reaper while
 	// spannerlock lives. The job-control ones are caught, not ignored: CMD
-	// would inherit an ignored signal, and Ctrl-Z would not stop it.
+	// would inherit an ignored signal, and Ctrl-Z would not stop it. For the
+	// same reason, those spannerlock left ignored (nohup's SIGHUP) stay so.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	signal.Notify(sigs, notIgnored([]os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2})...)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 	children := make(chan os.Signal, 1)
 	signal.Notify(children, syscall.SIGCHLD)

@@ -105,7 +105,7 @@ func (a *app) setPermits(args []string) error {
 	defer c.close()
 	var before lease.Semaphore
 	declared := true
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
 		before, err = c.lease.Semaphore(ctx, name)
 		if errors.Is(err, lease.ErrUnknownSemaphore) {
@@ -121,11 +121,11 @@ func (a *app) setPermits(args []string) error {
 	}
 	switch {
 	case !declared:
-		say(a.stderr, "Declared semaphore %s with %d permits in table %s.\n", printable(name), n, c.table)
+		say(a.stderr, "Declared semaphore %s with %s in table %s.\n", printable(name), permitCount(n), c.table)
 	case before.Permits == n:
-		say(a.stderr, "Semaphore %s has %d permits already.\n", printable(name), n)
+		say(a.stderr, "Semaphore %s has %s already.\n", printable(name), permitCount(n))
 	default:
-		say(a.stderr, "Semaphore %s has %d permits (it had %d).\n", printable(name), n, before.Permits)
+		say(a.stderr, "Semaphore %s has %s (it had %d).\n", printable(name), permitCount(n), before.Permits)
 	}
 	if declared && int64(before.InUse()) > n {
 		say(a.stderr, "%d permits are in use, more than %d: they stay valid until released, and none is granted until fewer than %d are held.\n",
@@ -151,7 +151,7 @@ func (a *app) getSemaphore(args []string) error {
 	}
 	defer c.close()
 	var s lease.Semaphore
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
 		s, err = c.lease.Semaphore(ctx, name)
 		if errors.Is(err, lease.ErrUnknownSemaphore) {
@@ -170,6 +170,14 @@ func (a *app) getSemaphore(args []string) error {
 		return writeJSON(a.stdout, out)
 	}
 	return printSemaphore(a.stdout, out)
+}
+
+// permitCount is "1 permit" or "N permits".
+func permitCount(n int64) string {
+	if n == 1 {
+		return "1 permit"
+	}
+	return fmt.Sprintf("%d permits", n)
 }
 
 // undeclared says how to declare the semaphore name.

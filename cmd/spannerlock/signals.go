@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -14,6 +15,8 @@ import (
 // end what spannerlock is waiting for and the rest are dropped.
 type signals struct {
 	ch chan os.Signal
+	// interrupted is set once SIGINT has arrived.
+	interrupted atomic.Bool
 	// jobs receives the job-control signals (SIGTSTP, SIGCONT) while CMD
 	// runs (see jobControl); otherwise SIGTSTP stops spannerlock.
 	jobs *jobControl
@@ -21,9 +24,34 @@ type signals struct {
 
 func notifySignals() *signals {
 	s := &signals{ch: make(chan os.Signal, 16)}
-	signal.Notify(s.ch, forwardedSignals...)
+	raw := make(chan os.Signal, 16)
+	signal.Notify(raw, notIgnored(forwardedSignals)...)
+	go func() {
+		for sig := range raw {
+			if sig == os.Interrupt {
+				s.interrupted.Store(true)
+			}
+			s.ch <- sig
+		}
+	}()
 	s.jobs = notifyJobControl()
 	return s
+}
+
+// notIgnored returns sigs without those spannerlock started with ignored,
+// as nohup leaves SIGHUP and a non-interactive shell leaves SIGINT for a
+// background job: caught, they would reach CMD, and a handler set for them
+// would end their being ignored in CMD, which inherits only an ignored
+// signal. Go's runtime keeps only SIGHUP and SIGINT as it found them, so
+// those are the two that stay ignored.
+func notIgnored(sigs []os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, sig := range sigs {
+		if !signal.Ignored(sig) {
+			out = append(out, sig)
+		}
+	}
+	return out
 }
 
 // stopping reports whether sig asks spannerlock to stop: end a wait, or

@@ -4,7 +4,9 @@ package main
 
 import (
 	"os"
+	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,4 +26,22 @@ func signalName(sig os.Signal) string {
 		}
 	}
 	return sig.String()
+}
+
+// dieOf ends spannerlock by sig's default action, sent to its whole
+// process group if group is set; should that not happen at once, it
+// returns, and the caller exits with 128+N.
+func dieOf(sig os.Signal, group bool) {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return
+	}
+	signal.Reset(sig)
+	pid := os.Getpid()
+	if group {
+		pid = 0
+	}
+	if syscall.Kill(pid, s) == nil {
+		time.Sleep(time.Second)
+	}
 }

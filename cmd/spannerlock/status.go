@@ -142,10 +142,10 @@ func runStatus(a *app, args []string) error {
 	}
 	defer c.close()
 	if *watch {
-		return a.watchStatus(c, *timeout, *output)
+		return a.watchStatus(c, timeout.get(), *output)
 	}
 	var st statusJSON
-	err = a.read(c, *timeout, func(ctx context.Context) error {
+	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
 		st, err = readStatus(ctx, c)
 		return err

@@ -133,14 +133,43 @@ func TestTerminalInput(t *testing.T) {
 	term.waitOutput("after:world")
 }
 
-// Ctrl-C on the terminal stops CMD, and spannerlock exits with 130.
+// Ctrl-C on the terminal stops CMD, which has the terminal, and spannerlock
+// dies of SIGINT (130) after passing it on to the shell that ran it, as the
+// terminal would have without spannerlock, so that a script's loop stops.
+// The trap keeps the shell alive to report that, and spannerlock's status.
 func TestTerminalInterrupt(t *testing.T) {
 	c := newCLI(t)
-	term := newTerminal(t, c, `"$SPANNERLOCK" lock tty -- sh -c 'echo running; exec sleep 300'
+	term := newTerminal(t, c, `trap 'echo "shell $((40+2)) interrupted"' INT
+		"$SPANNERLOCK" lock tty -- sh -c 'echo running; exec sleep 300'
 		echo "rc=$?"`)
 	term.waitOutput("running")
 	term.typeIn("\x03")
 	term.waitOutput("rc=130")
+	if !strings.Contains(term.out.String(), "shell 42 interrupted") {
+		t.Fatalf("the shell that ran spannerlock did not get the SIGINT:\n%s", term.out)
+	}
+}
+
+// Ctrl-C stops a bash loop around spannerlock whose CMD has the terminal:
+// bash ends the loop because it got the SIGINT too and its child died of
+// it. The second iteration would run at once and print.
+func TestTerminalInterruptStopsLoop(t *testing.T) {
+	c := newCLI(t)
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skipf("no bash here: %v", err)
+	}
+	term := newTerminal(t, c, `trap : INT
+		bash -c 'for i in 1 2; do
+			"$SPANNERLOCK" lock tty -- sh -c "[ -e child ] && exit 0; echo \$\$ > child; echo running; exec sleep 300"
+			echo "iteration $i"
+		done'
+		echo "loop rc=$?"`)
+	term.waitOutput("running")
+	term.typeIn("\x03")
+	term.waitOutput("loop rc=")
+	if out := term.out.String(); strings.Contains(out, "iteration") || !strings.Contains(out, "loop rc=130") {
+		t.Fatalf("the loop went on after Ctrl-C, or did not die of SIGINT:\n%s", out)
+	}
 }
 
 // On a terminal, status --watch clears the screen once, then redraws each

@@ -15,6 +15,11 @@ var (
 	// ErrNoHolder means no one holds the lease: it was never acquired, was
 	// released, or expired.
 	ErrNoHolder = errors.New("lease: no live holder")
+	// ErrHolderChanged means a ForceRelease with IfToken found the lease
+	// held with another token than the one asked for: it was released and
+	// taken again since the caller read its holder. Nothing was released;
+	// the Holder returned with it is the current one.
+	ErrHolderChanged = errors.New("lease: held with another token")
 	// ErrLeaseLost means the lease is no longer held with its token: it
 	// expired, its renewal failed to confirm ownership, or another holder has
 	// it. It is the cause of a lost lease's Context.

@@ -18,11 +18,29 @@ import (
 // The holder is not asked: whatever it does outside Spanner between now
 // and its next renewal goes on, unfenced. Prefer waiting for the TTL when
 // that is short. A RunOnce slot force-released counts as a failed run.
-func (c *Client) ForceRelease(ctx context.Context, name string) (Holder, error) {
+func (c *Client) ForceRelease(ctx context.Context, name string, opts ...ForceReleaseOption) (Holder, error) {
 	if err := validateName("lease name", name); err != nil {
 		return Holder{}, fmt.Errorf("lease: ForceRelease: %w", err)
 	}
-	return c.forceRelease(ctx, "ForceRelease", name, lockSlot)
+	return c.forceRelease(ctx, "ForceRelease", name, lockSlot, opts)
+}
+
+// ForceReleaseOption configures a ForceRelease or ForceReleasePermit.
+type ForceReleaseOption func(*forceReleaseConfig)
+
+type forceReleaseConfig struct {
+	// token, when not 0, is the token the holder must have.
+	token int64
+}
+
+// IfToken makes a ForceRelease end the lease only if its holder has this
+// token (a reader's, for a lock held shared: the first live reader's, as
+// Holder reports it): an operator who read the holder, and was asked
+// whether to break it, breaks that holder and not one that took the lease
+// since. Otherwise nothing is released and the error matches
+// ErrHolderChanged, returned with the current holder.
+func IfToken(token int64) ForceReleaseOption {
+	return func(c *forceReleaseConfig) { c.token = token }
 }
 
 // ForceReleasePermit is ForceRelease for one permit of a semaphore, or one
@@ -31,14 +49,18 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Holder, error) 
 // old one may use it: the mark is read in the releasing transaction, so a
 // renewal of the holder cannot slip in between, and that renewal waits
 // for the transaction to end.
-func (c *Client) ForceReleasePermit(ctx context.Context, name string, slot int64) (Holder, error) {
+func (c *Client) ForceReleasePermit(ctx context.Context, name string, slot int64, opts ...ForceReleaseOption) (Holder, error) {
 	if err := validateName("semaphore name", name); err != nil {
 		return Holder{}, fmt.Errorf("lease: ForceReleasePermit: %w", err)
 	}
-	return c.forceRelease(ctx, "ForceReleasePermit", name, slot)
+	return c.forceRelease(ctx, "ForceReleasePermit", name, slot, opts)
 }
 
-func (c *Client) forceRelease(ctx context.Context, op, name string, slot int64) (Holder, error) {
+func (c *Client) forceRelease(ctx context.Context, op, name string, slot int64, opts []ForceReleaseOption) (Holder, error) {
+	var cfg forceReleaseConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx, span := c.tel.start(ctx, op, attrName.String(name))
 	if err := c.st.prepare(ctx); err != nil {
 		end(span, resultError, err)
@@ -51,9 +73,9 @@ func (c *Client) forceRelease(ctx context.Context, op, name string, slot int64) 
 		err error
 	)
 	if slot == lockSlot {
-		r, err = c.st.forceRelease(ctx, name)
+		r, err = c.st.forceRelease(ctx, name, cfg.token)
 	} else {
-		r, err = c.st.forceReleasePermit(ctx, name, slot)
+		r, err = c.st.forceReleasePermit(ctx, name, slot, cfg.token)
 	}
 	switch {
 	case err != nil:
@@ -63,6 +85,9 @@ func (c *Client) forceRelease(ctx context.Context, op, name string, slot int64) 
 	case !r.live:
 		end(span, "no_holder", nil)
 		return Holder{}, fmt.Errorf("%w: %q", ErrNoHolder, name)
+	case cfg.token != 0 && r.token.Int64 != cfg.token:
+		end(span, "holder_changed", nil)
+		return r.holder(), fmt.Errorf("%w: %q is held with token %d, not %d: nothing was released", ErrHolderChanged, name, r.token.Int64, cfg.token)
 	}
 	h := r.holder()
 	span.SetAttributes(attrToken.Int64(h.Token))

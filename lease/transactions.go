@@ -262,7 +262,7 @@ func (st *store) setPermits(ctx context.Context, name string, n spanner.NullInt6
 // held shared loses every live reader the same way: each reader's row
 // forgets its session. It returns the row as it was, with its holder's
 // session: the writer's, or the first live reader's, as Holder reports.
-func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
+func (st *store) forceRelease(ctx context.Context, name string, token int64) (row, error) {
 	var r row
 	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
 		lines, err := readLines(ctx, tx, st.sql, []string{name}, false)
@@ -292,8 +292,8 @@ func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 			writes = append(writes, spanner.Update(st.sql.permits, []string{"name", "slot", "session_id", "grant_id"},
 				[]any{name, p.slot, nil, nil}))
 		}
-		if !r.live {
-			return nil, nil
+		if !r.live || token != 0 && r.token.Int64 != token {
+			return nil, nil // nothing to end, or not the holder asked about
 		}
 		return append(writes, spanner.Update(st.sql.table, []string{"name", "token", "session_id", "grant_id"},
 			[]any{name, l.row.token.Int64 + 1, nil, nil})), nil
@@ -315,7 +315,7 @@ func (st *store) forceRelease(ctx context.Context, name string) (row, error) {
 // it or it sees the renewal. The renewal waiting is the cost: at worst,
 // when this commit's reply is lost, until Spanner aborts the transaction
 // as idle (about 10 s), for a holder an operator is ending anyway.
-func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64) (row, error) {
+func (st *store) forceReleasePermit(ctx context.Context, name string, slot, token int64) (row, error) {
 	var r row
 	_, err := st.transact(ctx, callerLane, "spannerlock-force-release", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
 		lines, err := readLines(ctx, tx, st.sql, []string{name}, false)
@@ -338,8 +338,8 @@ func (st *store) forceReleasePermit(ctx context.Context, name string, slot int64
 		} else if err := st.holdersLive(ctx, &r); err != nil {
 			return nil, err
 		}
-		if !r.live {
-			return nil, nil
+		if !r.live || token != 0 && r.token.Int64 != token {
+			return nil, nil // nothing to end, or not the holder asked about
 		}
 		return []*spanner.Mutation{
 			spanner.Update(st.sql.table, []string{"name", "token"}, []any{name, s.next.Int64 + 1}),

@@ -40,7 +40,9 @@ safer. A run-once slot that is broken counts as a failed run.
 On a terminal it says who holds the lease and asks before breaking it
 (--yes does not ask); elsewhere it breaks it at once. It prints who held it
 on stderr, and with -o json that holder as JSON on stdout. It exits 3 when
-nobody holds the lease, 1 when the answer is not yes.
+nobody holds the lease, 1 when the answer is not yes. It breaks only the
+holder it read (and asked about): when the lease changed hands meanwhile, it
+breaks nothing, says who holds it now, and exits 1.
 
 Examples:
   spannerlock break deploy
@@ -112,12 +114,17 @@ func runBreak(a *app, args []string) error {
 	var ended lease.Holder
 	err = a.read(c, timeout.get(), func(ctx context.Context) error {
 		var err error
+		// Only the holder read above (and shown, on a terminal) is broken:
+		// one that took the lease since keeps it.
 		if t.lockName != "" {
-			ended, err = c.lease.ForceRelease(ctx, t.lockName)
+			ended, err = c.lease.ForceRelease(ctx, t.lockName, lease.IfToken(held.Token))
 		} else {
-			ended, err = c.lease.ForceReleasePermit(ctx, t.name, t.slot)
+			ended, err = c.lease.ForceReleasePermit(ctx, t.name, t.slot, lease.IfToken(held.Token))
 		}
 		switch {
+		case errors.Is(err, lease.ErrHolderChanged):
+			return exitWith(exitFailure, "%s was not broken: it changed hands since it was read (held by %s with token %d, now by %s with token %d); run break again to break the new holder",
+				t.what, printable(held.HolderID), held.Token, printable(ended.HolderID), ended.Token)
 		case errors.Is(err, lease.ErrNoHolder):
 			return exitWith(exitNoHolder, "nobody holds %s any more in table %s", t.what, c.table)
 		case errors.Is(err, lease.ErrWrongKind) && t.lockName == "":

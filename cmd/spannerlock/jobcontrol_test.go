@@ -211,6 +211,44 @@ func TestBreakAsksOnATerminal(t *testing.T) {
 	}
 }
 
+// break breaks only the holder it asked about: when the lease changes hands
+// while the question waits for its answer, the "y" breaks nothing, break
+// exits 1 naming both holders, and the new holder keeps the lease. It broke
+// the new holder before.
+func TestBreakBreaksOnlyTheHolderItAskedAbout(t *testing.T) {
+	c := newCLI(t)
+	first := c.client(lease.WithHolderID("first-host"))
+	asked, err := first.Acquire(testContext(t), "deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := newTerminal(t, c, `"$SPANNERLOCK" break deploy; echo "rc=$?"`)
+	term.waitOutput(`lock "deploy" is held by first-host`)
+	term.waitOutput("Break it? [y/N] ")
+	if err := asked.Release(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	second := c.client(lease.WithHolderID("second-host"))
+	now, err := second.Acquire(testContext(t), "deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	term.typeIn("y\n")
+	term.waitOutput("rc=")
+	if !strings.Contains(term.out.String(), "rc=1") {
+		t.Errorf("break exited other than 1 after the holder changed:\n%s", term.out.String())
+	}
+	if !strings.Contains(term.out.String(), "now by second-host with token "+strconv.FormatInt(now.Token(), 10)) {
+		t.Errorf("break does not say who holds it now:\n%s", term.out.String())
+	}
+	if h := holderOf(t, second, "deploy"); h == nil || h.Token != now.Token() {
+		t.Fatalf("the new holder (token %d) lost the lock to a break asked about token %d: holder now %+v", now.Token(), asked.Token(), h)
+	}
+	if err := now.Context().Err(); err != nil {
+		t.Fatalf("the new holder's lease ended: %v", err)
+	}
+}
+
 // A job stopped with Ctrl-Z for longer than the TTL loses its lease, and
 // CMD, stopped as it is, does not outlive the lease: the reaper ends it at
 // the lease's local deadline (SIGTERM cannot reach a stopped process, so

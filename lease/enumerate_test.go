@@ -702,7 +702,12 @@ func checkRivals(h *harness) {
 	h.mu.Lock()
 	old := append(slices.Clone(h.held), h.old...)
 	h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(h.ctx, 6*enumTTL)
+	// A rival needs the old session to expire (a TTL) and then its own
+	// acquisitions, retried while an emulator shared by the whole
+	// enumeration is slow to answer; what this checks is that no rival
+	// acquires too early, so the bound is generous: 15 TTLs (30 s), where 6
+	// ran out on a loaded machine with nothing wrong.
+	ctx, cancel := context.WithTimeout(h.ctx, 15*enumTTL)
 	defer cancel()
 	taken := func(name string, l *lease.Lease) {
 		for _, o := range old {

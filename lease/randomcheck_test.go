@@ -178,13 +178,19 @@ func (ck *randChecker) endSetPermits(op *setPermitsOp, ok bool) {
 	op.end, op.ok = time.Now(), ok
 }
 
+// clockSkew bounds how far the emulator's commit timestamps run ahead of
+// this process's wall clock: measured up to 11 ms on a loaded machine.
+// A SetPermits counts as in effect for a grant only if it returned more
+// than that before the grant's commit timestamp; record checks the bound.
+const clockSkew = 50 * time.Millisecond
+
 // limitAt is the largest limit the semaphore may have had at t: that of the
 // last SetPermits that succeeded before t, or of any made after it that
 // began before t (they are made one at a time).
 func (ck *randChecker) limitAt(t time.Time) int64 {
 	last := -1
 	for i, op := range ck.setPermits {
-		if op.ok && !op.end.IsZero() && op.end.Before(t) {
+		if op.ok && !op.end.IsZero() && op.end.Add(clockSkew).Before(t) {
 			last = i
 		}
 	}
@@ -248,6 +254,9 @@ func (ck *randChecker) record(g *grant) {
 	defer ck.mu.Unlock()
 	if at, ok := ck.closedAt[g.client]; ok && g.started.After(at) && g.l.Context().Err() == nil {
 		ck.errorf("%s was granted live by a Client closed at %s, to a call made after", g, at.Format(time.StampMicro))
+	}
+	if ahead := time.Until(g.l.AcquiredAt()); ahead > clockSkew {
+		ck.errorf("%s: its commit timestamp is %s ahead of the local clock at its return, more than the %s the checker allows", g, ahead, clockSkew)
 	}
 	ck.grants = append(ck.grants, g)
 	for _, o := range ck.grants[:len(ck.grants)-1] {

@@ -5,6 +5,7 @@ go 1.26
 require (
 	cloud.google.com/go/auth v0.17.0
 	cloud.google.com/go/spanner v1.87.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/bwmarrin/snowflake v0.3.0
 	github.com/googleapis/gax-go/v2 v2.15.0
 	github.com/googleapis/go-sql-spanner v1.22.0

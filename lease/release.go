@@ -190,6 +190,11 @@ func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, er
 		if report {
 			return outcomeLost, fmt.Errorf("lease: %s: %w", op, cause)
 		}
+		if complete {
+			// Nothing was recorded: a job whose lease Close (or a Release)
+			// ended under it is not done, and RunOnce must not say so.
+			return outcomeEnded, fmt.Errorf("lease: %s: %w", op, cause)
+		}
 		return outcomeEnded, nil
 	}
 	defer l.c.forget(l)

@@ -29,6 +29,8 @@ import (
 // run again elsewhere; RunOnce then returns ran == true with an error
 // matching ErrLeaseLost. Fence fn's effects with l.Guard or the token (from
 // the context, see LeaseFromContext) when a second run must be harmless.
+// If the Client is closed while fn runs, nothing is recorded and RunOnce
+// returns ran == true with an error matching ErrClosed: the slot stays open.
 //
 // Recording success, and releasing the slot after a failure, are bounded
 // by the call timeout (the TTL minus a tenth, at most 10s) rather than by

@@ -371,7 +371,7 @@ func (ck *randChecker) checkRegistersLocked() {
 		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 			by := map[string][]porcupine.Operation{}
 			for _, op := range history {
-				n := op.Input.(regInput).name
+				n := op.Input.(regInput).name //nolint:forcetypeassert // every operation's input is a regInput
 				by[n] = append(by[n], op)
 			}
 			var parts [][]porcupine.Operation
@@ -382,14 +382,14 @@ func (ck *randChecker) checkRegistersLocked() {
 		},
 		Init: func() any { return int64(0) },
 		Step: func(state, input, output any) (bool, any) {
-			in := input.(regInput)
+			in := input.(regInput) //nolint:forcetypeassert // every operation's input is a regInput
 			if in.write {
 				return true, in.token
 			}
-			return output.(int64) == state.(int64), state
+			return output.(int64) == state.(int64), state //nolint:forcetypeassert // the register's state and reads are int64
 		},
 		DescribeOperation: func(input, output any) string {
-			in := input.(regInput)
+			in := input.(regInput) //nolint:forcetypeassert // every operation's input is a regInput
 			if in.write {
 				return fmt.Sprintf("write(%s, %d)", in.name, in.token)
 			}

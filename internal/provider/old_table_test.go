@@ -196,7 +196,8 @@ func TestAccOldTable_semaphoreListSaysWhatToDo(t *testing.T) {
 }
 
 // terraform query of the semaphores of a table at an older schema version
-// says what to do, as the data sources do.
+// says what to do, as the data sources do (lease.Client.Semaphores needs the
+// latest version).
 func testAccOldTableSemaphoreListSaysWhatToDo(t *testing.T, d locktable.Dialect) {
 	db, prov := accDatabaseIn(t, d, d.DDLAt("locks", oldTableVersion)...)
 	sc := emulator.Client(t, db)
@@ -219,14 +220,7 @@ list "spannerlock_semaphore" "locks" {
 	if err := os.WriteFile(filepath.Join(tf.dir, "old.tfquery.hcl"), []byte(query), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := tf.run(ctx, "query", "-json")
-	if r.err == nil {
-		// Read, then: the semaphore is listed.
-		if !diagnostic(`"jobs"`).MatchString(r.output) {
-			t.Errorf("terraform query of a version-%d table neither failed nor listed semaphore jobs:\n%s", oldTableVersion, r.output)
-		}
-		return
-	}
+	r := tf.run(ctx, "query", "-json").failed(t)
 	r.has(t, "error", "Cannot list semaphores", fmt.Sprintf("table locks is at schema version %d; this provider needs %d:",
 		oldTableVersion, locktable.Latest), "run `spannerlock init` or apply spannerlock_table")
 	atOldVersion(t, sc)

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/emulator"
 	"github.com/spannerlock/terraform-provider-spannerlock/internal/locktable"
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
 
 // Holders reads a table at every older schema version, as the applications
@@ -80,5 +82,51 @@ func testHoldersReadsVersion(t *testing.T, version int) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Holders on a version-%d table = %q, want %q", version, got, want)
+	}
+}
+
+// What a migration means for a live lease of an application of an older
+// release, as spannerlock_table's plan warns: one of version 3, whose
+// leases live by their holder's session already, stays held; one of
+// version 2, whose leases live by their own row, is free to this release
+// once the table is migrated.
+func TestOlderApplicationsLeasesAcrossMigration(t *testing.T) {
+	for _, v := range []int{2, 3} {
+		t.Run(fmt.Sprint("version", v), func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				ctx := emulator.Context(t)
+				d := locktable.Dialect(dialectOf(t))
+				db := emulator.DatabaseIn(t, string(d), d.DDLAt(table, v)...)
+				sc := emulator.Client(t, db)
+				ttl := (10 * time.Minute).Milliseconds()
+				ms := []*spanner.Mutation{spanner.Insert(table, []string{"name", "token", "holder_id", "session_id", "ttl_ms", "acquired_at", "renewed_at"},
+					[]any{"deploy", 5, "old-app", "s1", ttl, spanner.CommitTimestamp, spanner.CommitTimestamp})}
+				if v >= 3 {
+					ms = append(ms, spanner.Insert(locktable.SessionsTable(table), []string{"session_id", "holder_id", "ttl_ms", "renewed_at"},
+						[]any{"s1", "old-app", ttl, spanner.CommitTimestamp}))
+				}
+				if _, err := sc.Apply(ctx, ms); err != nil {
+					t.Fatal(err)
+				}
+				ins, err := d.Inspect(ctx, sc, table)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stmts, err := ins.Plan(locktable.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := emulator.Shared(t).UpdateDDL(ctx, db, stmts...); err != nil {
+					t.Fatal(err)
+				}
+				l, err := newClientWith(t, sc).TryAcquire(ctx, "deploy")
+				switch {
+				case v >= 3 && !errors.Is(err, lease.ErrNotAcquired):
+					t.Fatalf("after migrating from version %d, TryAcquire of a lease an application of that version holds: %v, %v; want ErrNotAcquired", v, l, err)
+				case v < 3 && err != nil:
+					t.Fatalf("after migrating from version %d, TryAcquire of a lease an application of that version holds: %v; want it free", v, err)
+				}
+			})
+		})
 	}
 }

@@ -347,8 +347,8 @@ func (c *conn) collision(ctx context.Context) error {
 		why := locktable.Conflict(c.table, e)
 		ours := slices.ContainsFunc(locktable.Companions(c.table), func(n string) bool { return strings.EqualFold(n, e) })
 		if why != "" && (!exists || !ours) {
-			return &collisionError{fmt.Sprintf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is three "+
-				"tables, T, %s and %s: choose another --table", c.table, c.db, why, e, locktable.PermitsTable("T"), locktable.SessionsTable("T"))}
+			return &collisionError{fmt.Sprintf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is %s: "+
+				"choose another --table", c.table, c.db, why, e, locktable.Family("T"))}
 		}
 	}
 	return nil

@@ -225,3 +225,32 @@ list "spannerlock_semaphore" "locks" {
 		oldTableVersion, locktable.Latest), "run `spannerlock init` or apply spannerlock_table")
 	atOldVersion(t, sc)
 }
+
+func TestAccOldTable_migrationWarnsOfOlderApplications(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccOldTableMigrationWarnsOfOlderApplications)
+}
+
+// The plan that migrates a table from a version before the latest says
+// what it means for the applications of the release that wrote it: the
+// leases of a version-2 application are free after the migration (this
+// release judges a lease by its holder's session, which they never write);
+// those of a version-3 application stay held, but it ignores the line of
+// waiters. TestOlderApplicationsLeasesAcrossMigration (lease) checks both.
+func testAccOldTableMigrationWarnsOfOlderApplications(t *testing.T, d locktable.Dialect) {
+	for version, says := range map[int]string{
+		2: "A live lease of an application of a release that wrote version 2 is free once this migration is applied",
+		3: "Applications of a release that wrote version 3 keep their leases",
+	} {
+		db, prov := accDatabaseIn(t, d, d.DDLAt("locks", version)...)
+		tf := newTerraformCLI(t)
+		ctx := cliContext(t)
+		tf.write(prov + fmt.Sprintf(`
+import {
+  to = spannerlock_table.locks
+  id = %q
+}
+`, db+"/tables/locks") + tableConfig("", ""))
+		tf.run(ctx, "plan", "-json").ok(t).has(t, "warning", "Table locks will be changed in place",
+			fmt.Sprintf("The live table is at schema version %d; the latest is %d.", version, locktable.Latest), says)
+	}
+}

@@ -104,6 +104,11 @@ func (c *Client) Waiters(ctx context.Context) ([]Waiter, error) {
 // semaphores and worker pools (whose Name is the semaphore's or pool's), in
 // one read-only transaction. It reads the whole table: it is for people and
 // tools (spannerlock status), not for a hot path.
+//
+// It reads a table at an older schema version too (from version 1), as the
+// applications of that version judge their leases, so that a table can be
+// checked for live leases before it is migrated or dropped: the other
+// methods of a Client need the latest version.
 func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 	if err := c.st.prepare(ctx); err != nil {
 		return nil, err
@@ -130,6 +135,11 @@ func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 		})
 	}
 	if err != nil {
+		// Read-only, so it may look: a table at an older version is read
+		// as its applications judge their leases (holders_old.go).
+		if version, old := c.st.olderVersion(ctx, err); old {
+			return c.st.holdersAt(ctx, version)
+		}
 		return nil, c.st.explain(err)
 	}
 	return holders, nil

@@ -307,6 +307,7 @@ func (c *conn) diagnose() error {
 		return fmt.Errorf("table %s is spelled %s in %s, a PostgreSQL-dialect database, whose SQL names tables case-sensitively: use --table %s",
 			c.table, live, c.db, live)
 	}
+	var old *locktable.VersionError
 	switch {
 	case !ins.Exists:
 		var taken *collisionError
@@ -315,9 +316,9 @@ func (c *conn) diagnose() error {
 		}
 		return fmt.Errorf("table %s does not exist in %s: run '%s' to create it (or apply the spannerlock_table Terraform resource)",
 			c.table, c.db, c.initCommand())
-	case ins.Version < locktable.Latest:
+	case errors.As(ins.Outdated(), &old):
 		return fmt.Errorf("table %s in %s is not at schema version %d (it satisfies version %d): run '%s' to migrate it",
-			c.table, c.db, locktable.Latest, ins.Version, c.initCommand())
+			c.table, c.db, locktable.Latest, old.Version, c.initCommand())
 	}
 	return nil
 }
@@ -346,8 +347,8 @@ func (c *conn) collision(ctx context.Context) error {
 		why := locktable.Conflict(c.table, e)
 		ours := slices.ContainsFunc(locktable.Companions(c.table), func(n string) bool { return strings.EqualFold(n, e) })
 		if why != "" && (!exists || !ours) {
-			return &collisionError{fmt.Sprintf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is three "+
-				"tables, T, %s and %s: choose another --table", c.table, c.db, why, e, locktable.PermitsTable("T"), locktable.SessionsTable("T"))}
+			return &collisionError{fmt.Sprintf("table %s cannot be a lock table in %s: %s, and table %s exists there. A lock table is %s: "+
+				"choose another --table", c.table, c.db, why, e, locktable.Family("T"))}
 		}
 	}
 	return nil

@@ -59,6 +59,37 @@ func (i Inspection) Current() bool {
 	return i.Exists && len(i.Diffs) == 0
 }
 
+// VersionError says that a lock table exists but is not at the schema
+// version this release's runtime reads and writes (Latest): the runtime's
+// statements name columns and tables that older versions lack, so Spanner
+// refuses them with an error about SQL that says nothing of versions.
+type VersionError struct {
+	// Table is the lock table's name as Spanner spells it.
+	Table string
+	// Version is the highest schema version the table satisfies, 0 when it
+	// has drifted from every version.
+	Version int
+}
+
+func (e *VersionError) Error() string {
+	if e.Version == 0 {
+		return fmt.Sprintf("table %s satisfies no schema version (it has drifted); this release needs version %d", e.Table, Latest)
+	}
+	return fmt.Sprintf("table %s is at schema version %d; this release needs %d", e.Table, e.Version, Latest)
+}
+
+// Outdated returns a *VersionError when the table exists and is not at the
+// latest schema version, and nil otherwise (a table that does not exist is
+// another matter). It is the one check, for every program of this module,
+// of whether the runtime can use a table: each says in its own terms how to
+// migrate it.
+func (i Inspection) Outdated() error {
+	if !i.Exists || i.Version >= Latest {
+		return nil
+	}
+	return &VersionError{Table: i.liveName(), Version: i.Version}
+}
+
 // Changes returns what differs from the latest version with options o, each
 // difference with the statement that repairs it (or, without one, what to
 // do): the table's creation when it is missing, else repairs and

@@ -846,3 +846,11 @@ func TestDocsShowThePostgreSQLDDL(t *testing.T) {
 		}
 	}
 }
+
+// Messages that say what a lock table is made of name every table of the
+// latest version, the waiters table of version 4 included.
+func TestFamilyNamesEveryTable(t *testing.T) {
+	if got, want := Family("T"), "4 tables, T, T_sessions, T_permits and T_waiters"; got != want {
+		t.Errorf("Family(T) = %q, want %q", got, want)
+	}
+}

@@ -467,6 +467,14 @@ func Companions(table string) []string {
 	return names
 }
 
+// Family describes the tables a lock table named table is made of, at the
+// latest version, for messages: "4 tables, T, T_sessions, T_permits and
+// T_waiters" for table T.
+func Family(table string) string {
+	names := append([]string{table}, Companions(table)...)
+	return fmt.Sprintf("%d tables, %s and %s", len(names), strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+}
+
 // ConflictingNames returns the names of the tables whose existence keeps a
 // lock table named table from being created: its companions' names, and the
 // lock tables whose companion it would be named like. Spanner keeps table

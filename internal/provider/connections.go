@@ -341,21 +341,48 @@ func (d *providerData) call(ctx context.Context, db, table string, fn func(conte
 }
 
 // tableError says what is wrong with a lock table that a request on it
-// could not find: it does not exist, or (PostgreSQL) exists in another letter
-// case. It replaces the SQL error, which says less.
+// could not find: it does not exist, (PostgreSQL) exists in another letter
+// case, or is at an older schema version than the lease package needs. It
+// replaces the SQL error, which says less.
 type tableError struct {
 	db, table string
 	// live is the table's spelling when it exists in another letter case.
 	live string
-	err  error
+	// outdated is set when the table is not at the latest schema version.
+	outdated *locktable.VersionError
+	err      error
 }
 
 func (e *tableError) Error() string {
-	if e.live != "" {
+	switch {
+	case e.live != "":
 		return misspelledTable(e.db, e.table, e.live)
+	case e.outdated != nil:
+		return outdatedTable(e.outdated, e.err)
 	}
 	return missingTable(e.db, e.table)
 }
+
+// outdatedTable says that a table is at an older schema version than the
+// lease package of this provider reads, and how to migrate it, instead of
+// err, Spanner's complaint about a column or table that version lacks. A
+// table that drifted from every version keeps err, which may say more than
+// the drift does.
+func outdatedTable(old *locktable.VersionError, err error) string {
+	cmd := "spannerlock init"
+	if old.Table != cliDefaultTable {
+		cmd = "spannerlock --table " + old.Table + " init"
+	}
+	if old.Version == 0 {
+		return fmt.Sprintf("%v (table %s satisfies no schema version: it has drifted; the drift attribute of a "+
+			"spannerlock_table resource for it says what differs, and `%s` repairs what it can)", err, old.Table, cmd)
+	}
+	return fmt.Sprintf("table %s is at schema version %d; this provider needs %d: run `%s` or apply spannerlock_table, "+
+		"which migrates it in place", old.Table, old.Version, locktable.Latest, cmd)
+}
+
+// cliDefaultTable is the table the spannerlock CLI uses without --table.
+const cliDefaultTable = "locks"
 
 // missingTable says that table does not exist, and how to create it.
 func missingTable(db, table string) string {
@@ -367,9 +394,10 @@ func missingTable(db, table string) string {
 func (e *tableError) Unwrap() error { return e.err }
 
 // explainTable turns err, a failed request on table, into a *tableError when
-// table does not exist, or exists in another letter case than a
+// table does not exist, exists in another letter case than a
 // PostgreSQL-dialect database's SQL finds (Spanner says no more than that
-// "LOCKS" does not exist while locks does). Otherwise it returns err.
+// "LOCKS" does not exist while locks does), or is not at the latest schema
+// version (Spanner names a column it lacks). Otherwise it returns err.
 func explainTable(ctx context.Context, sc *spanner.Client, d locktable.Dialect, db, table string, err error) error {
 	if code := spanner.ErrCode(err); table == "" || code != codes.NotFound && code != codes.InvalidArgument {
 		return err
@@ -383,6 +411,10 @@ func explainTable(ctx context.Context, sc *spanner.Client, d locktable.Dialect, 
 	}
 	if live, misspelled := ins.Misspelled(); misspelled {
 		return &tableError{db: db, table: table, live: live, err: err}
+	}
+	var old *locktable.VersionError
+	if errors.As(ins.Outdated(), &old) {
+		return &tableError{db: db, table: table, outdated: old, err: err}
 	}
 	return err
 }

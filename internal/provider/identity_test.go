@@ -69,3 +69,31 @@ resource "spannerlock_semaphore" "jobs" {
 		},
 	})
 }
+
+func TestAccIdentity_importTableWithCleanupAfter(t *testing.T) {
+	eachDialect(t, locktable.Dialects, testAccIdentityImportTableWithCleanupAfter)
+}
+
+// A table with cleanup_after imports by identity into a plan with no
+// changes. The state of an import holds no cleanup_after, and pending_ddl
+// was computed from it before the live period was read, so the import
+// recorded DROP ROW DELETION POLICY (DROP TTL in PostgreSQL) and planned
+// an update of pending_ddl.
+func testAccIdentityImportTableWithCleanupAfter(t *testing.T, d locktable.Dialect) {
+	_, prov := accDatabaseIn(t, d)
+	cleanup := `  cleanup_after = "30d"` + "\n"
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{terraformOnly{minimum: terraform112, feature: "resource identities"}},
+		Steps: []resource.TestStep{
+			{Config: tableConfig(prov, unprotected+cleanup)},
+			{
+				Config:          tableConfig(prov, cleanup),
+				ResourceName:    tableAddress,
+				ImportState:     true,
+				ImportStateKind: resource.ImportBlockWithResourceIdentity,
+			},
+		},
+	})
+}

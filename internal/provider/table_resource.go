@@ -72,7 +72,7 @@ func (r *tableResource) Metadata(_ context.Context, req resource.MetadataRequest
 func (r *tableResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "A Spanner table that `lease` clients keep their leases in, with its companion tables " +
-			"`<name>_permits` and `<name>_sessions`, created, migrated and repaired in place from the one schema " +
+			"`<name>_permits`, `<name>_sessions` and `<name>_waiters`, created, migrated and repaired in place from the one schema " +
 			"definition the runtime uses, in a GoogleSQL- or a PostgreSQL-dialect database: the provider reads the " +
 			"database's dialect and writes its DDL in it.",
 		Attributes: map[string]schema.Attribute{
@@ -572,9 +572,9 @@ func (r *tableResource) planCreate(ctx context.Context, db, table string, cleanu
 }
 
 func nameCollision(table, why, where string) string {
-	return fmt.Sprintf("Table %s cannot be created: %s. %s\n\nA lock table is three Spanner tables, T, %s and %s, so its "+
+	return fmt.Sprintf("Table %s cannot be created: %s. %s\n\nA lock table is %s in Spanner, so its "+
 		"name must not be another lock table's companion, and its companions' names must be free. Choose another name.",
-		table, why, where, locktable.PermitsTable("T"), locktable.SessionsTable("T"))
+		table, why, where, locktable.Family("T"))
 }
 
 // planChanges sets the planned schema_version, pending_ddl, planned_ddl
@@ -652,7 +652,8 @@ func describeChanges(ins locktable.Inspection, opts locktable.Options) string {
 	case ins.Version == 0:
 		fmt.Fprintf(&b, "\nThe live table has drifted from every schema version. What differs from version %d with this configuration:\n", locktable.Latest)
 	case ins.Version < locktable.Latest:
-		fmt.Fprintf(&b, "\nThe live table is at schema version %d; the latest is %d. What differs with this configuration:\n", ins.Version, locktable.Latest)
+		fmt.Fprintf(&b, "\nThe live table is at schema version %d; the latest is %d.%s What differs with this configuration:\n",
+			ins.Version, locktable.Latest, olderApplications(ins))
 	default:
 		b.WriteString("\nWhat differs with this configuration:\n")
 	}
@@ -660,6 +661,22 @@ func describeChanges(ins locktable.Inspection, opts locktable.Options) string {
 		fmt.Fprintf(&b, "  - %s\n", d)
 	}
 	return b.String()
+}
+
+// olderApplications says what the migration of a table at an older schema
+// version means for the applications of a release that wrote that version,
+// if any still use it.
+func olderApplications(ins locktable.Inspection) string {
+	if ins.Version >= 3 {
+		return fmt.Sprintf("\n\nApplications of a release that wrote version %d keep their leases, which stay live to "+
+			"this release's applications, but they neither wait in nor respect the line of waiters (%s) that version %d adds: "+
+			"until they are upgraded they may take a name ahead of the waiters.\n", ins.Version, locktable.WaitersTable(ins.Table), locktable.Latest)
+	}
+	return fmt.Sprintf("\n\nA live lease of an application of a release that wrote version %d is free once this migration is applied: "+
+		"that release judges a lease by its own row, this one by its holder's session in %s, which that release never "+
+		"writes, so this release's applications take the name while the old holder still works under it. Stop those "+
+		"applications, or wait for their leases to end, before applying; then deploy this release's.\n",
+		ins.Version, locktable.SessionsTable(ins.Table))
 }
 
 func alreadyExists(db, table string) string {

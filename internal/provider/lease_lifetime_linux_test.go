@@ -449,8 +449,9 @@ func TestAccLeaseEphemeralResource_stoppedWhileWaitingLeavesTheLine(t *testing.T
 			exited(ctx, t, tf, run, "after it was stopped while waiting for the lease")
 			providersGone(ctx, t, providers, "after terraform was stopped while waiting for the lease")
 			r := run.wait().failed(t)
+			// Checked last: the line matters more.
 			if c.reported {
-				r.has(t, "error", "Cannot acquire lease", `stopped waiting for lease "deploy" because`, "it was not acquired")
+				defer r.has(t, "error", "Cannot acquire lease", `stopped waiting for lease "deploy" because`, "it was not acquired")
 			}
 
 			if err := held.Release(ctx); err != nil {

@@ -50,8 +50,9 @@ func released(ctx context.Context, t *testing.T, observer *lease.Client, name st
 }
 
 // Terraform killed with SIGKILL, alone, as the OOM killer or kill -9 PID
-// does it: its provider process is orphaned, and must neither keep the
-// lease alive nor live on itself.
+// does it: its provider process is orphaned, and must keep the lease only
+// while the command Terraform ran still runs (see
+// coversTheWorkAfterTerraformEnds), then release it and exit.
 func TestAccLeaseEphemeralResource_terraformKilled(t *testing.T) {
 	eachDialect(t, locktable.Dialects, testAccLeaseEphemeralResourceTerraformKilled)
 }
@@ -75,9 +76,12 @@ func testAccLeaseEphemeralResourceTerraformKilled(t *testing.T, d locktable.Dial
 	killed := time.Now()
 	apply.signal(syscall.SIGKILL)
 	apply.wait()
-
+	t.Logf("terraform exited %s after it was killed", time.Since(killed).Round(time.Millisecond))
+	// The command runs on; the lease ends with it.
+	ended := time.Now()
+	apply.finish()
 	released(ctx, t, observer, "deploy")
-	t.Logf("the lease was free %s after terraform was killed", time.Since(killed).Round(time.Millisecond))
+	t.Logf("the lease was free %s after the command was told to end", time.Since(ended).Round(time.Millisecond))
 	providersGone(ctx, t, providers, "after terraform was killed")
 }
 

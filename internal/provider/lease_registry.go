@@ -114,13 +114,12 @@ func (r *leaseRegistry) reserve(key leaseKey) (done func(), err error) {
 // which expires its session, before it gives up its reservation). A process
 // that exited before would leave a waiter nobody answers for, which the
 // lease is handed to when its holder releases it, and which keeps it from
-// everyone until its session expires, a TTL later. It reports whether none
-// is left.
-func (r *leaseRegistry) settle(timeout time.Duration) bool {
+// everyone until its session expires, a TTL later.
+func (r *leaseRegistry) settle(timeout time.Duration) {
 	r.mu.Lock()
 	if r.acquiring == 0 {
 		r.mu.Unlock()
-		return true
+		return
 	}
 	if r.settled == nil {
 		r.settled = make(chan struct{})
@@ -129,9 +128,7 @@ func (r *leaseRegistry) settle(timeout time.Duration) bool {
 	r.mu.Unlock()
 	select {
 	case <-settled:
-		return true
 	case <-time.After(timeout):
-		return false
 	}
 }
 

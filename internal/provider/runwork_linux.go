@@ -35,27 +35,49 @@ type procStat struct {
 
 // readStat reads /proc/<pid>/stat.
 func readStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	var buf [1024]byte
+	return readStatInto(pid, buf[:])
+}
+
+// readStatInto is readStat with buf to read into, which a scan reuses: it
+// reads every process's.
+func readStatInto(pid int, buf []byte) (procStat, bool) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return procStat{}, false
 	}
+	n, err := unix.Read(fd, buf)
+	_ = unix.Close(fd)
+	if err != nil || n <= 0 {
+		return procStat{}, false
+	}
+	b := buf[:n]
 	// The command name, in parentheses, may contain anything; the fields
 	// after it start at the state (field 3).
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procStat{}, false
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
+	var f [20][]byte
+	nf := 0
+	for _, field := range bytes.Fields(b[i+1:]) {
+		if nf == len(f) {
+			break
+		}
+		f[nf] = field
+		nf++
+	}
+	if nf < len(f) {
 		return procStat{}, false
 	}
-	ppid, err1 := strconv.Atoi(f[1])
-	pgid, err2 := strconv.Atoi(f[2])
-	start, err3 := strconv.ParseUint(f[19], 10, 64)
+	ppid, err1 := strconv.Atoi(string(f[1]))
+	pgid, err2 := strconv.Atoi(string(f[2]))
+	start, err3 := strconv.ParseUint(string(f[19]), 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
 		return procStat{}, false
 	}
-	return procStat{id: procID{pid: pid, start: start}, ppid: ppid, pgid: pgid, gone: f[0] == "Z" || f[0] == "X"}, true
+	state := f[0][0]
+	return procStat{id: procID{pid: pid, start: start}, ppid: ppid, pgid: pgid, gone: state == 'Z' || state == 'X'}, true
 }
 
 // terraformEnv passes the Terraform that guardProvider serves, as a procID,
@@ -215,12 +237,13 @@ func (w *procWork) scan() (int, bool) {
 		return 0, false
 	}
 	procs := make(map[int]procStat, len(names))
+	var buf [1024]byte
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil {
 			continue
 		}
-		if st, ok := readStat(pid); ok && !st.gone {
+		if st, ok := readStatInto(pid, buf[:]); ok && !st.gone {
 			procs[pid] = st
 		}
 	}

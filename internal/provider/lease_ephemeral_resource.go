@@ -84,8 +84,9 @@ func (r *leaseEphemeralResource) Schema(_ context.Context, _ ephemeral.SchemaReq
 			"ttl": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "How long the lease lives after its last renewal, from `\"1s\"` to `\"24h\"`; default `\"" +
-					lease.DefaultTTL.String() + "\"`. The provider renews it every third of that while Terraform runs; if " +
-					"Terraform dies, the lease expires this long after the last renewal.",
+					lease.DefaultTTL.String() + "\"`. The provider renews it every third of that while Terraform runs, and " +
+					"after a run that failed, was interrupted or lost Terraform, while what the run started still runs (see When " +
+					"the run ends); if the provider itself is killed, the lease expires this long after the last renewal.",
 				Validators: []validator.String{durationBetween(lease.MinTTL, lease.MaxTTL)},
 			},
 			"wait": schema.StringAttribute{

@@ -21,9 +21,10 @@ import (
 //
 // It is also how the process lets go when Terraform stops: an interrupt
 // (StopProvider, or SIGINT reaching the provider) ends every wait and
-// refuses every later acquisition, and the end of the process (Terraform
-// done or gone, whatever ended the run) releases everything still held.
-// Its zero value is ready to use.
+// refuses every later acquisition; the end of the run stops acquiring, lets
+// the acquisitions in flight leave their lines, and releases what is still
+// held once nothing of the run that it guards runs any more (see
+// lifetime). Its zero value is ready to use.
 type leaseRegistry struct {
 	mu sync.Mutex
 	// byID are the leases held, by the ID Open left in private data.
@@ -35,8 +36,12 @@ type leaseRegistry struct {
 	// runs under it. Its cause says why.
 	waits    context.Context
 	endWaits context.CancelCauseFunc
-	// closed is set once the process lets go of everything.
+	// closed is set once the run has ended: nothing is acquired any more.
 	closed bool
+	// acquiring counts the acquisitions in flight, from reserve to its
+	// done; settled is closed (and replaced) each time it drops to 0.
+	acquiring int
+	settled   chan struct{}
 }
 
 type openLease struct {
@@ -89,13 +94,42 @@ func (r *leaseRegistry) reserve(key leaseKey) (done func(), err error) {
 		return nil, errSameRun
 	}
 	r.names[key] = true
+	r.acquiring++
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if !r.heldLocked(key) {
 			delete(r.names, key)
 		}
+		if r.acquiring--; r.acquiring == 0 && r.settled != nil {
+			close(r.settled)
+			r.settled = nil
+		}
 	}, nil
+}
+
+// settle waits up to timeout until no acquisition is in flight: each has
+// returned, so a wait that stop ended has left its line (the lease package
+// commits the leave before Acquire returns, and Open closes the Client,
+// which expires its session, before it gives up its reservation). A process
+// that exited before would leave a waiter nobody answers for, which the
+// lease is handed to when its holder releases it, and which keeps it from
+// everyone until its session expires, a TTL later.
+func (r *leaseRegistry) settle(timeout time.Duration) {
+	r.mu.Lock()
+	if r.acquiring == 0 {
+		r.mu.Unlock()
+		return
+	}
+	if r.settled == nil {
+		r.settled = make(chan struct{})
+	}
+	settled := r.settled
+	r.mu.Unlock()
+	select {
+	case <-settled:
+	case <-time.After(timeout):
+	}
 }
 
 // errSameRun reports a second spannerlock_lease of one Terraform run on a
@@ -148,7 +182,7 @@ func (r *leaseRegistry) interrupt(cause error) {
 	r.endWaits(cause)
 }
 
-// put records a held lease and returns its ID. After releaseAll it refuses
+// put records a held lease and returns its ID. After stop it refuses
 // (ok == false): the caller must release the lease itself.
 func (r *leaseRegistry) put(key leaseKey, lc *lease.Client, l *lease.Lease) (id string, ok bool) {
 	b := make([]byte, 8)
@@ -178,16 +212,44 @@ func (r *leaseRegistry) take(id string) *openLease {
 	return o
 }
 
-// releaseAll lets go of everything: it ends every wait, refuses every later
-// acquisition, and releases every lease still held, all at once, within
+// stop ends the run for the registry: it ends every wait, with cause, and
+// refuses every later acquisition. The leases held stay held, and renewed:
+// what they guard may still be running (see lifetime).
+func (r *leaseRegistry) stop(cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.initLocked()
+	r.closed = true
+	r.endWaits(cause)
+}
+
+// holding reports whether a lease is held: one that Terraform opened and did
+// not close.
+func (r *leaseRegistry) holding() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID) > 0
+}
+
+// releaseAll lets go of everything at once: stop, settle, and releaseHeld.
+func (r *leaseRegistry) releaseAll(cause error) {
+	r.stop(cause)
+	r.settle(settleTimeout)
+	r.releaseHeld()
+}
+
+// settleTimeout bounds how long the end of the run waits for acquisitions
+// in flight to leave their lines: a leave is one short transaction, and
+// Terraform gives a provider 2 seconds to exit before it kills it.
+const settleTimeout = 1500 * time.Millisecond
+
+// releaseHeld releases every lease still held, all at once, within
 // releaseTimeout. Terraform does not close ephemeral resources when a run
 // fails or is interrupted; this is how their leases end with the run rather
 // than a TTL later.
-func (r *leaseRegistry) releaseAll() {
+func (r *leaseRegistry) releaseHeld() {
 	r.mu.Lock()
 	r.initLocked()
-	r.closed = true
-	r.endWaits(errShutdown)
 	held := make([]*openLease, 0, len(r.byID))
 	for id, o := range r.byID {
 		held = append(held, o)

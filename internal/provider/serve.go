@@ -11,32 +11,36 @@ import (
 )
 
 // Serve serves the provider to Terraform until Terraform ends it, and makes
-// sure that nothing the process holds outlives the run, however it ends:
+// sure that what the process holds lasts as long as the run's work and no
+// longer, however the run ends:
 //
-//   - When serving ends (Terraform is done, after a success, a failure or an
-//     interrupt: it does not close ephemeral resources when a run fails or
-//     is interrupted), every lease still held is released.
 //   - When Terraform is interrupted (StopProvider; or SIGINT reaching this
 //     process, as Ctrl-C in a terminal does: Terraform does not stop its
 //     providers during the plan of terraform apply), waits for leases end and
 //     no lease is acquired any more.
-//   - When Terraform is gone (killed: this process is orphaned), or this
-//     process is told to terminate, it releases every lease and exits.
+//   - When the run ends (Terraform is done with the provider, Terraform is
+//     gone, or this process is told to terminate), acquisitions stop and
+//     leave their lines; a lease that Terraform did not close (the run failed
+//     or was interrupted: Terraform does not close ephemeral resources then)
+//     stays held while what the run started still runs, and is released once
+//     it does not (see lifetime).
 //
 // With debug, the provider runs for a debugger rather than as Terraform's
-// child, and only the first applies.
+// child, and only the first applies; serving's end releases everything.
 func Serve(ctx context.Context, version string, debug bool) error {
 	p := &spannerlockProvider{version: version}
 	var opts []tf6server.ServeOpt
+	served := func() { p.leases.releaseAll(errShutdown) }
 	if debug {
 		opts = append(opts, tf6server.WithManagedDebug())
 	} else {
-		watchTerraform(&p.leases)
+		guardProvider()
+		served = watchTerraform(&p.leases)
 	}
 	err := tf6server.Serve(Address, func() tfprotov6.ProviderServer {
 		return stopNotifier{fullServer: fullServerOf(providerserver.NewProtocol6(p)()), stop: func() { p.leases.interrupt(errInterrupted) }}
 	}, opts...)
-	p.leases.releaseAll()
+	served()
 	return err
 }
 

@@ -93,7 +93,7 @@ func runElect(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firstError(cf.check(), checkName("NAME", name)); err != nil {
+	if err := firstError(cf.check(a.global.ttl), checkName("NAME", name)); err != nil {
 		return err
 	}
 	if *observe {

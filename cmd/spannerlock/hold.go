@@ -169,6 +169,12 @@ func (a *app) hold(c *conn, l *lease.Lease, spec *childSpec, killAfter time.Dura
 }
 
 func lostWhileRunning(l *lease.Lease) error {
+	if l.Context().Err() == nil {
+		// Stopped --kill-after before the local deadline, which a renewal
+		// confirmed since moved.
+		return exitWith(exitLost, "the lease on %q (token %d) was not renewed in time, so CMD was stopped --kill-after "+
+			"before the lease's local deadline, as it would be lost by then", l.Name(), l.Token())
+	}
 	return exitWith(exitLost, "the lease on %q (token %d) ended while CMD ran, so CMD was stopped: %v",
 		l.Name(), l.Token(), context.Cause(l.Context()))
 }

@@ -102,7 +102,7 @@ func (a *app) runHeld(args []string, command, argName, busy string, flags func(*
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(a), cf.check(), checkName(argName, name)); err != nil {
+	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkName(argName, name)); err != nil {
 		return err
 	}
 	spec, err := a.prepareCommand(argv, cf.shell)

@@ -80,7 +80,7 @@ func runRunOnce(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(a), cf.check(), checkName("JOB", job)); err != nil {
+	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkName("JOB", job)); err != nil {
 		return err
 	}
 	if maxFailures < 0 {

@@ -47,10 +47,6 @@ type groupGuard struct {
 	killed bool
 }
 
-func newGroupGuard(pgid int, killAfter time.Duration) *groupGuard {
-	return newGuard(killAfter, func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) })
-}
-
 func newGuard(killAfter time.Duration, signal func(syscall.Signal)) *groupGuard {
 	return &groupGuard{killAfter: killAfter, signal: signal}
 }

@@ -133,6 +133,7 @@ func runRunOnce(a *app, args []string) error {
 	ran := o.ran
 	timedOut := deadlinePassed(ctx)
 	if sig := end(); sig != nil && !gate.started() {
+		a.interrupted = true
 		return interrupted(sig)
 	}
 	var exit *exitError

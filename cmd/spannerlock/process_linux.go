@@ -298,6 +298,8 @@ func reaperMain(args []string) int {
 	// then (its group, or children of the reaper's in other groups) is
 	// stopped as a lost lease's CMD is.
 	var leftovers <-chan time.Time
+	// killedAt is when the guard sent SIGKILL.
+	var killedAt time.Time
 	for {
 		children := true
 		for {
@@ -330,6 +332,12 @@ func reaperMain(args []string) int {
 		if exited && !children && !groupAlive(pid) {
 			return exitOK
 		}
+		if exited && !killedAt.IsZero() && time.Since(killedAt) > survivorWait {
+			// Stuck in the kernel: SIGKILL cannot end it, and waiting
+			// would keep the lease forever.
+			fmt.Fprintln(os.Stderr, "spannerlock: processes CMD left survived SIGKILL; not waiting for them")
+			return exitOK
+		}
 		guard.killAgain()
 		select {
 		case <-childSignals:
@@ -344,6 +352,7 @@ func reaperMain(args []string) int {
 			guard.stop()
 		case <-guard.killC():
 			guard.killNow()
+			killedAt = time.Now()
 		case cmd, ok := <-commands:
 			switch {
 			case !ok && os.Getppid() != parent:

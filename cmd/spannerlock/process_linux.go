@@ -35,7 +35,13 @@ import (
 //   - The reaper is a child subreaper (PR_SET_CHILD_SUBREAPER): processes
 //     CMD leaves behind are reparented to it, not to init, and it reaps
 //     them, so spannerlock can wait until CMD's group is really empty, also
-//     in containers whose PID 1 reaps nothing.
+//     in containers whose PID 1 reaps nothing. It exits only once it has no
+//     child left: a daemon that left CMD's group (setsid) is stopped with
+//     the group, at the deadline or when CMD exits, rather than outliving
+//     the lease.
+//   - spannerlock is a child subreaper too: if the reaper is killed, what
+//     CMD left comes to spannerlock, which kills it and waits for it before
+//     it releases the lease (sweep).
 //   - It sees CMD stop and continue (job control) and tells spannerlock.
 //
 // The reaper has a process group of its own, so that neither signals

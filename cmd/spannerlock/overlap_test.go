@@ -25,43 +25,57 @@ const emulatorClockLead = 50 * time.Millisecond
 // before the next holder acquires, at the default --kill-after (issue 28,
 // item 1: SIGTERM came at the lease's local deadline and SIGKILL 10 s
 // later, while a rival could acquire TTL/10 after that SIGTERM: 2.5 s of
-// overlap at the default TTL). spannerlock is paused (SIGSTOP) so its lease
-// expires while CMD runs on; CMD writes the time every 20 ms. Its last write
+// overlap at the default TTL). spannerlock is paused (SIGSTOP), or Spanner
+// falls silent, so that its lease expires while CMD runs on; CMD writes the
+// time every 20 ms. Its last write
 // must come before the rival's acquisition (its commit timestamp, less the
 // emulator's clock lead). The bound is the lease's own: SIGKILL lands at the
 // lease's local deadline, TTL/10 (400 ms at --ttl 4s) before the lease can
 // expire on Spanner's clock, a margin the reaper's timer keeps on a loaded
 // machine.
 func TestNextHolderNeverOverlaps(t *testing.T) {
-	c := newCLI(t)
-	p := c.start("--ttl", "4s", "lock", "x", "--shell", "--",
-		`trap '' TERM; echo $$ > child; while :; do date +%s%N >> ts; sleep 0.02; done`)
-	c.waitFile("child")
-	waitFor(t, "CMD's first write", func() bool { return len(c.lines("ts")) > 0 })
-	p.signal(syscall.SIGSTOP)
-	rival := c.client(lease.WithHolderID("rival"), lease.WithPollInterval(20*time.Millisecond))
-	taken, err := rival.Acquire(testContext(t), "x") // once the paused holder's lease expires
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		// lose makes the holder's lease run out while CMD runs.
+		lose func(p *proc, silence *silentProxy)
+	}{
+		{"paused", func(p *proc, _ *silentProxy) { p.signal(syscall.SIGSTOP) }},
+		{"outage", func(_ *proc, silence *silentProxy) { silence.silent.Store(true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			silence := newSilentProxy(t)
+			killLeftovers(t, c, "child")
+			p := start(t, c.dir, append(c.env, "SPANNER_EMULATOR_HOST="+silence.addr()), nil, "--ttl", "4s", "lock", "x", "--shell", "--",
+				`trap '' TERM; echo $$ > child; while :; do date +%s%N >> ts; sleep 0.02; done`)
+			c.waitFile("child")
+			waitFor(t, "CMD's first write", func() bool { return len(c.lines("ts")) > 0 })
+			tc.lose(p, silence)
+			rival := c.client(lease.WithHolderID("rival"), lease.WithPollInterval(20*time.Millisecond))
+			taken, err := rival.Acquire(testContext(t), "x") // once the holder's lease expires
+			if err != nil {
+				t.Fatal(err)
+			}
+			child := c.pid("child")
+			waitFor(t, fmt.Sprintf("CMD's group (pgid %d) to be gone", child), func() bool {
+				return errors.Is(syscall.Kill(-child, 0), syscall.ESRCH)
+			})
+			lines := c.lines("ts")
+			ns, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+			if err != nil {
+				t.Fatalf("CMD's last write %q: %v", lines[len(lines)-1], err)
+			}
+			last, acquired := time.Unix(0, ns), taken.AcquiredAt().Add(-emulatorClockLead)
+			if !last.Before(acquired) {
+				t.Errorf("CMD ran beside the next holder: its last write at %s, %s after the rival acquired at %s (commit timestamp less %s)",
+					last.Format(time.RFC3339Nano), last.Sub(acquired), acquired.Format(time.RFC3339Nano), emulatorClockLead)
+			} else {
+				t.Logf("CMD's last write came %s before the rival acquired", acquired.Sub(last))
+			}
+			_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused spannerlock goes on
+			p.expect(exitLost)
+		})
 	}
-	child := c.pid("child")
-	waitFor(t, fmt.Sprintf("CMD's group (pgid %d) to be gone", child), func() bool {
-		return errors.Is(syscall.Kill(-child, 0), syscall.ESRCH)
-	})
-	lines := c.lines("ts")
-	ns, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
-	if err != nil {
-		t.Fatalf("CMD's last write %q: %v", lines[len(lines)-1], err)
-	}
-	last, acquired := time.Unix(0, ns), taken.AcquiredAt().Add(-emulatorClockLead)
-	if !last.Before(acquired) {
-		t.Errorf("CMD ran beside the next holder: its last write at %s, %s after the rival acquired at %s (commit timestamp less %s)",
-			last.Format(time.RFC3339Nano), last.Sub(acquired), acquired.Format(time.RFC3339Nano), emulatorClockLead)
-	} else {
-		t.Logf("CMD's last write came %s before the rival acquired", acquired.Sub(last))
-	}
-	p.signal(syscall.SIGCONT)
-	p.expect(exitLost)
 }
 
 // TestKillAfterBoundedByTTL: a --kill-after that cannot keep the promise

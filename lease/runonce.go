@@ -23,7 +23,8 @@ import (
 // runs it) and return (false, nil) once it has succeeded elsewhere. A replica
 // that crashes mid-run lets another take over when its lease expires. Every
 // run counts in the slot's row (Jobs reports them); WithMaxFailures bounds
-// how often a failing slot is tried.
+// how often a failing slot is tried. WithoutWaiting makes a call that finds
+// the slot running return at once instead of waiting.
 //
 // If the lock is lost while fn runs (the holder paused past its TTL), fn may
 // run again elsewhere; RunOnce then returns ran == true with an error
@@ -66,6 +67,16 @@ type RunOnceOption func(*runOnceConfig)
 
 type runOnceConfig struct {
 	maxFailures int64
+	noWait      bool
+}
+
+// WithoutWaiting makes RunOnce try the slot once, as TryAcquire does: a slot
+// running elsewhere (or with others in line for it) returns an error
+// matching ErrNotAcquired at once, without fn running, and the call never
+// takes a place in the slot's line, so nothing of it is left to take the
+// slot later. A slot done already still returns (false, nil).
+func WithoutWaiting() RunOnceOption {
+	return func(c *runOnceConfig) { c.noWait = true }
 }
 
 // WithMaxFailures makes RunOnce give up on a slot whose runs have failed,
@@ -84,7 +95,11 @@ func JobSlotName(job string, slot time.Time) string {
 }
 
 func (c *Client) runOnce(ctx context.Context, name string, fn func(ctx context.Context) error, cfg runOnceConfig) (bool, error) {
-	leases, err := c.acquire(ctx, "Acquire", lockTarget{lockNames: []string{name}, untilCompleted: true, maxFailures: cfg.maxFailures}, acquireConfig{}, false)
+	op := "Acquire"
+	if cfg.noWait {
+		op = "TryAcquire"
+	}
+	leases, err := c.acquire(ctx, op, lockTarget{lockNames: []string{name}, untilCompleted: true, maxFailures: cfg.maxFailures}, acquireConfig{}, cfg.noWait)
 	if errors.Is(err, errCompleted) {
 		return false, nil
 	}

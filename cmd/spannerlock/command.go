@@ -142,19 +142,35 @@ func leaseEnv(name string, token int64, holderID string) []string {
 
 // childFlags are the flags of every command that runs CMD.
 type childFlags struct {
-	killAfter time.Duration
-	shell     bool
+	killAfter    time.Duration
+	killAfterSet bool
+	shell        bool
 }
 
+// maxDefaultKillAfter caps --kill-after's default, TTL/5.
+const maxDefaultKillAfter = 10 * time.Second
+
 func (f *childFlags) register(fs *flag.FlagSet) {
-	durationVar(fs, &f.killAfter, "kill-after", 10*time.Second,
-		"if the lease is lost while CMD runs, or CMD leaves processes behind, SIGKILL its process group this long after SIGTERM")
+	fs.Var(durationValue{d: &f.killAfter, set: &f.killAfterSet}, "kill-after",
+		"time CMD's process group gets between SIGTERM and SIGKILL when the lease may be lost, or CMD leaves processes behind: "+
+			"SIGTERM comes this long before the lease's local deadline and SIGKILL at it, before any rival can acquire "+
+			"(at most TTL/3; default TTL/5, at most 10s)")
 	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined with spaces by /bin/sh -c (default: run CMD directly)")
 }
 
-func (f *childFlags) check() error {
-	if f.killAfter < 0 {
-		return usageError("--kill-after %s must not be negative", f.killAfter)
+// check checks --kill-after against the TTL, or sets its default: SIGTERM
+// comes --kill-after before the lease's local deadline, which renewals
+// every TTL/3 keep more than TTL/3 ahead while the lease is healthy.
+func (f *childFlags) check(ttl time.Duration) error {
+	switch {
+	case f.killAfter < 0:
+		return usageError("--kill-after %s must not be negative", formatDuration(f.killAfter))
+	case !f.killAfterSet:
+		f.killAfter = min(ttl/5, maxDefaultKillAfter)
+	case f.killAfter > ttl/3:
+		return usageError("--kill-after %s is more than a third of --ttl %s: SIGKILL comes at the lease's local deadline "+
+			"and SIGTERM --kill-after before it, which would stop CMD while the lease is healthy; "+
+			"use at most %s, or a longer --ttl", formatDuration(f.killAfter), formatDuration(ttl), formatDuration(ttl/3))
 	}
 	return nil
 }

@@ -97,6 +97,8 @@ type conn struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	outages *outageWatch
+	// interrupted is the app's: a stopping signal ended the run.
+	interrupted *bool
 }
 
 // checkSettings says what to do about a missing or malformed global flag.
@@ -198,7 +200,8 @@ func (a *app) connectWithin(timeout time.Duration) (c *conn, err error) {
 		sc.Close()
 		return nil, usageError("%v", err)
 	}
-	c = &conn{db: a.global.database, table: a.global.table, spanner: sc, lease: lc, log: logger, health: h, cancel: cancel}
+	c = &conn{db: a.global.database, table: a.global.table, spanner: sc, lease: lc, log: logger, health: h, cancel: cancel,
+		interrupted: &a.interrupted}
 	c.ctx, c.outages = watchOutages(ctx, h, a.global.maxOutage)
 	return c, nil
 }
@@ -230,8 +233,17 @@ func (c *conn) close() {
 	c.outages.stop()
 	c.cancel()
 	closeWait := time.Duration(0) // no bound
-	if outage(c.ctx) != nil {
-		closeWait = abandonGrace
+	_, _, _, failing := c.health.failing()
+	switch {
+	case failing || outage(c.ctx) != nil:
+		// Spanner did not answer the last call: Close would wait out its
+		// own call timeouts, past --timeout and a Ctrl-C, for releases and
+		// a session that the TTL ends anyway.
+		closeWait = spannerCloseWait
+	case c.interrupted != nil && *c.interrupted:
+		// Ctrl-C: a Close that Spanner does not answer at once (it takes
+		// milliseconds) is left to the TTL.
+		closeWait = spannerCloseWait
 	}
 	runWithin(closeWait, func() {
 		if err := c.lease.Close(); err != nil {

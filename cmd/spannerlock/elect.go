@@ -24,9 +24,10 @@ environment of lock. Run it on every replica; one leads at a time. When CMD
 exits, spannerlock steps down (releasing leadership at once to the next
 replica) and exits with CMD's status.
 
-If leadership is lost while CMD runs (this process could not renew it within
-the TTL), CMD's process group gets SIGTERM, then SIGKILL after --kill-after,
-and spannerlock campaigns again: it runs CMD anew if it wins again. Signals
+If leadership may be lost while CMD runs (this process could not renew it in
+time), CMD's process group gets SIGTERM --kill-after before the lease's
+local deadline and SIGKILL at it, before any rival can lead, and
+spannerlock campaigns again: it runs CMD anew if it wins again. Signals
 are forwarded as for lock. Unlike lock, elect never exits 76.
 
 With --restart, CMD that exits while this process leads runs again, still
@@ -93,7 +94,7 @@ func runElect(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firstError(cf.check(), checkName("NAME", name)); err != nil {
+	if err := firstError(cf.check(a.global.ttl), checkName("NAME", name)); err != nil {
 		return err
 	}
 	if *observe {

@@ -120,14 +120,36 @@ of SIGINT itself, so that a calling script's loop stops as around flock;
 when CMD had the terminal, so that Ctrl-C reached CMD alone, spannerlock
 sends SIGINT to its own process group (the shells that ran it) as it dies.
 
-The lease and CMD: if the lease is lost while CMD runs, CMD's group gets
-SIGTERM (and SIGCONT, should it be stopped), then SIGKILL after
---kill-after. On Linux a small reaper process that starts CMD does this at
-the lease's local deadline, which passes before any rival can acquire the
-lease, whatever happens to spannerlock: so a spannerlock paused by SIGSTOP,
-or stopped for longer than the TTL, does not leave CMD running beside the
-next holder. If spannerlock is killed with SIGKILL, the reaper kills CMD's
-group at once.
+The lease and CMD: CMD's processes are dead before any rival can acquire
+the lease. The lease's local deadline passes a tenth of the TTL before the
+lease can expire on Spanner's clock, and renewals (every TTL/3) move it
+forward. If it comes near, because renewals fail or spannerlock is paused,
+CMD's group gets SIGTERM (and SIGCONT, should it be stopped) --kill-after
+before it, and SIGKILL at it:
+
+  last renewal       SIGTERM              SIGKILL        earliest takeover
+       |----------------|--- --kill-after ---|--- TTL/10 ---|
+       0     0.9 TTL - --kill-after       0.9 TTL          TTL
+
+--kill-after defaults to TTL/5 (at most 10s; 2s at the default TTL of
+10s) and may be at most TTL/3: more would stop CMD while the lease is
+healthy. A CMD that needs longer to stop needs a longer --ttl. A lease
+that ends before its deadline (broken by 'spannerlock break', which frees
+it at once, so there the promise cannot hold) stops CMD then: SIGTERM, and
+SIGKILL after --kill-after or at the deadline, whichever comes first.
+spannerlock then exits 76.
+
+On Linux a small reaper process that starts CMD does this, whatever happens
+to spannerlock: so a spannerlock paused by SIGSTOP, or stopped for longer
+than the TTL, does not leave CMD running beside the next holder. The reaper
+is a child subreaper: what CMD leaves behind when it exits, in its group or
+not (a daemon that called setsid), is stopped the same way, and spannerlock
+releases the lease only once none of it is left. If spannerlock is killed
+with SIGKILL, the reaper kills all of it at once; if the reaper is killed,
+spannerlock does, and waits for it to be gone before it releases. Only if
+both are killed at once (pkill -9 -f spannerlock) can CMD's other
+processes outlive the lease: run spannerlock where the whole tree is
+killed together (a systemd unit, a container) if that may happen.
 
 Job control: CMD and spannerlock stop and continue together, as the
 processes of a shell's job do. Ctrl-Z (or CMD reading the terminal from

@@ -103,6 +103,7 @@ func (a *app) acquire(ctx context.Context, c *conn, f waitFlags, acq acquisition
 	}
 	timedOut := deadlinePassed(ctx)
 	if sig := end(); sig != nil {
+		a.interrupted = true
 		if err == nil {
 			a.release(c, l)
 		}
@@ -162,6 +163,9 @@ func (a *app) hold(c *conn, l *lease.Lease, spec *childSpec, killAfter time.Dura
 	if err != nil {
 		return err
 	}
+	if out.stoppedBy != nil {
+		a.interrupted = true
+	}
 	if out.lost {
 		return lostWhileRunning(l)
 	}
@@ -169,6 +173,12 @@ func (a *app) hold(c *conn, l *lease.Lease, spec *childSpec, killAfter time.Dura
 }
 
 func lostWhileRunning(l *lease.Lease) error {
+	if l.Context().Err() == nil {
+		// Stopped --kill-after before the local deadline, which a renewal
+		// confirmed since moved.
+		return exitWith(exitLost, "the lease on %q (token %d) was not renewed in time, so CMD was stopped --kill-after "+
+			"before the lease's local deadline, as it would be lost by then", l.Name(), l.Token())
+	}
 	return exitWith(exitLost, "the lease on %q (token %d) ended while CMD ran, so CMD was stopped: %v",
 		l.Name(), l.Token(), context.Cause(l.Context()))
 }
@@ -185,14 +195,23 @@ func (a *app) holdUntilSignalled(l *lease.Lease) error {
 	if end() == nil {
 		return exitWith(exitLost, "lost the lease on %q (token %d): %v", l.Name(), l.Token(), context.Cause(l.Context()))
 	}
+	a.interrupted = true
 	return nil
 }
 
-// release gives l up so that a waiter gets it at once.
+// release gives l up so that a waiter gets it at once. It waits at most
+// releaseTimeout (abandonGrace after a stopping signal) for Spanner's
+// answer, and abandonGrace more for a call that overruns its context: a
+// lease whose release does not reach Spanner expires after its TTL.
 func (a *app) release(c *conn, l *lease.Lease) {
-	ctx, cancel := context.WithTimeout(a.ctx, min(a.global.ttl, releaseTimeout))
+	limit := min(a.global.ttl, releaseTimeout)
+	if a.interrupted {
+		limit = abandonGrace
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, limit)
 	defer cancel()
-	switch err := l.Release(ctx); {
+	_, err := within(ctx, func() (struct{}, error) { return struct{}{}, l.Release(ctx) })
+	switch {
 	case err == nil:
 		c.log.Info("released", "name", l.Name(), "token", l.Token())
 	case !errors.Is(err, lease.ErrLeaseLost):

@@ -257,7 +257,7 @@ func TestBreakBreaksOnlyTheHolderItAskedAbout(t *testing.T) {
 func TestJobStoppedPastTTL(t *testing.T) {
 	c := newCLI(t)
 	sh := interactiveShell(t, c)
-	sh.typeIn(`"$SPANNERLOCK" --holder-id job --ttl 2s lock --kill-after 1s tty -- sh -c 'echo $$ > child; echo "$((40+2))-started"; sleep 300'` + "\n")
+	sh.typeIn(`"$SPANNERLOCK" --holder-id job --ttl 2s lock --kill-after 500ms tty -- sh -c 'echo $$ > child; echo "$((40+2))-started"; sleep 300'` + "\n")
 	sh.waitOutput("42-started")
 	c.waitFile("child")
 	child := c.pid("child")

@@ -35,10 +35,12 @@ of its own, with spannerlock's stdin, stdout and stderr. SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to spannerlock go to CMD's whole
 group (SIGHUP or SIGINT it was started with ignored, as under nohup, stays
 ignored for both); spannerlock releases the lock once CMD has exited. If
-the lock is lost while CMD runs (spannerlock could not renew it within the
-TTL), CMD's group gets SIGTERM, then SIGKILL after --kill-after, and
-spannerlock exits 76. Processes CMD leaves running when it exits are
-stopped the same way.
+the lock may be lost while CMD runs (spannerlock could not renew it in
+time), CMD's group gets SIGTERM --kill-after before the lease's local
+deadline and SIGKILL at it, so that it is dead before any rival can
+acquire, and spannerlock exits 76 ('spannerlock help signals' has the
+timeline). Processes CMD leaves running when it exits, setsid daemons
+included, are stopped the same way before the lock is released.
 
 Without CMD, spannerlock prints the token and holds the lock until SIGINT or
 SIGTERM (exit 0), or until it is lost (exit 76).
@@ -102,7 +104,7 @@ func (a *app) runHeld(args []string, command, argName, busy string, flags func(*
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(a), cf.check(), checkName(argName, name)); err != nil {
+	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkName(argName, name)); err != nil {
 		return err
 	}
 	spec, err := a.prepareCommand(argv, cf.shell)

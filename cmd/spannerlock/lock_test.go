@@ -275,7 +275,7 @@ func TestLockLostWhileRunning(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				c := newCLIIn(t, d)
-				p := c.start("--ttl", "2s", "lock", "--kill-after", "1s", "x", "--shell", "--", tc.script)
+				p := c.start("--ttl", "2s", "lock", "--kill-after", "500ms", "x", "--shell", "--", tc.script)
 				c.waitFile("child")
 				p.signal(syscall.SIGSTOP)
 				rival := c.client(lease.WithHolderID("rival"), lease.WithPollInterval(50*time.Millisecond))
@@ -455,7 +455,7 @@ func TestPausedHolderStopsCMD(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCLI(t)
-			p := c.start("--ttl", "2s", "lock", "--kill-after", "1s", "x", "--shell", "--", tc.script)
+			p := c.start("--ttl", "2s", "lock", "--kill-after", "500ms", "x", "--shell", "--", tc.script)
 			c.waitFile("child")
 			p.signal(syscall.SIGSTOP)
 			for _, f := range []string{"child", "grandchild"} {

@@ -90,6 +90,10 @@ type app struct {
 	// of SIGINT: a Ctrl-C that reached neither spannerlock nor the shells
 	// that ran it, in spannerlock's process group.
 	interruptGroup bool
+	// interrupted is set when a stopping signal ended the run: the user
+	// wants spannerlock gone, and a release Spanner does not answer at
+	// once is left to the TTL.
+	interrupted bool
 	// conflictCode is the exit status for "held" (--conflict-exit-code),
 	// doneCode for a run-once slot done already (--done-exit-code).
 	conflictCode, doneCode int

@@ -109,11 +109,12 @@ type runOutcome struct {
 	stoppedBy os.Signal
 }
 
-// runChild runs CMD under l until CMD and every process it left in its
-// group have exited. Signals spannerlock receives go to CMD's group. If
-// the lease is lost first, the group gets SIGTERM, then SIGKILL after
-// killAfter; processes CMD leaves behind when it exits are stopped the
-// same way, so that none runs on without the lease. CMD and spannerlock
+// runChild runs CMD under l until CMD and every process it left have
+// exited. Signals spannerlock receives go to CMD's group. The group gets
+// SIGTERM killAfter before the lease's local deadline and SIGKILL at it
+// (see groupGuard), or SIGTERM at once if the lease ends early; processes
+// CMD leaves behind when it exits are stopped the same way, so that none
+// runs on without the lease. CMD and spannerlock
 // stop and continue together, as the processes of a shell's job do.
 func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration, log *slog.Logger) (runOutcome, error) {
 	terminal := controllingTerminal() && aloneInGroup()
@@ -183,7 +184,7 @@ func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration,
 		case <-leaseDone:
 			leaseDone, lostSeen = nil, time.Now()
 			if exited != nil {
-				log.Warn("the lease ended while CMD ran; stopping CMD's process group: SIGTERM now, SIGKILL after --kill-after",
+				log.Warn("the lease ended while CMD ran; stopping CMD's process group: SIGTERM now, SIGKILL after --kill-after or at the lease's local deadline",
 					"name", l.Name(), "token", l.Token(), "cause", context.Cause(l.Context()), "kill_after", killAfter)
 				stop()
 			}
@@ -212,7 +213,7 @@ func (a *app) runChild(l *lease.Lease, spec *childSpec, killAfter time.Duration,
 		case <-leftovers:
 			leftovers = nil
 			if !stopped && c.groupAlive() {
-				log.Warn("CMD exited and left processes in its process group; stopping them: SIGTERM now, SIGKILL after --kill-after",
+				log.Warn("CMD exited and left processes in its process group; stopping them: SIGTERM now, SIGKILL after --kill-after or at the lease's local deadline",
 					"pgid", c.pgid, "kill_after", killAfter)
 				stop()
 			}

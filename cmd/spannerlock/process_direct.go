@@ -45,7 +45,7 @@ func startChild(spec *childSpec, killAfter time.Duration, foreground bool, deadl
 	ctl := &localGuard{commands: make(chan guardCommand), gone: gone}
 	c := &child{pgid: pid, exited: make(chan struct{}), gone: gone, stopped: make(chan syscall.Signal, 1),
 		foreground: foreground, guard: ctl}
-	guard := newGroupGuard(pid, killAfter)
+	guard := newGuard(killAfter, func(sig syscall.Signal) { _ = syscall.Kill(-pid, sig) })
 	guard.setDeadline(deadline)
 	go ctl.run(c, guard)
 	go func() {

@@ -35,7 +35,13 @@ import (
 //   - The reaper is a child subreaper (PR_SET_CHILD_SUBREAPER): processes
 //     CMD leaves behind are reparented to it, not to init, and it reaps
 //     them, so spannerlock can wait until CMD's group is really empty, also
-//     in containers whose PID 1 reaps nothing.
+//     in containers whose PID 1 reaps nothing. It exits only once it has no
+//     child left: a daemon that left CMD's group (setsid) is stopped with
+//     the group, at the deadline or when CMD exits, rather than outliving
+//     the lease.
+//   - spannerlock is a child subreaper too: if the reaper is killed, what
+//     CMD left comes to spannerlock, which kills it and waits for it before
+//     it releases the lease (sweep).
 //   - It sees CMD stop and continue (job control) and tells spannerlock.
 //
 // The reaper has a process group of its own, so that neither signals
@@ -63,6 +69,9 @@ func startChild(spec *childSpec, killAfter time.Duration, foreground bool, deadl
 		_ = reportW.Close()
 		return nil, exitWith(exitCannotRun, "starting %s: %v", spec.argv[0], err)
 	}
+	// Processes of CMD's that the reaper's death orphans come to spannerlock,
+	// not to init, so that it can kill them and wait until they are gone.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	mode := "background"
 	if foreground {
 		mode = "foreground"
@@ -108,6 +117,14 @@ func startChild(spec *childSpec, killAfter time.Duration, foreground bool, deadl
 	go func() {
 		defer close(c.gone)
 		defer func() { _ = control.Close() }()
+		// A reaper that did not exit of its own accord (someone killed it)
+		// left CMD's processes without their guard: spannerlock kills them
+		// and waits until they are gone before the lease is released.
+		defer func() {
+			if !reaper.ProcessState.Success() {
+				sweep(pid)
+			}
+		}()
 		for {
 			kind, value, _ := readReport(report)
 			switch kind {
@@ -226,8 +243,8 @@ func reaperMain(args []string) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, notIgnored([]os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2})...)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
-	children := make(chan os.Signal, 1)
-	signal.Notify(children, syscall.SIGCHLD)
+	childSignals := make(chan os.Signal, 1)
+	signal.Notify(childSignals, syscall.SIGCHLD)
 	if os.Getppid() != parent {
 		return exitFailure // spannerlock died before the handlers were in place
 	}
@@ -252,7 +269,10 @@ func reaperMain(args []string) int {
 	}
 	pid := cmd.Process.Pid
 	_, _ = fmt.Fprintf(report, "pid %d\n", pid)
-	guard := newGroupGuard(pid, killAfter)
+	// The guard stops what CMD left outside its group too: the reaper, a
+	// subreaper, is the parent of every orphan of CMD's, setsid daemons
+	// included, and a lease must not outlive any of them.
+	guard := newGuard(killAfter, func(sig syscall.Signal) { signalDescendants(pid, sig) })
 	commands := readCommands(control)
 
 	// orphaned gives the terminal back to spannerlock's group if CMD's had
@@ -264,18 +284,38 @@ func reaperMain(args []string) int {
 		if fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP); err == nil && fg == pid && parentGroup > 0 {
 			giveTerminal(parentGroup)
 		}
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		// Killed until none is left, reaping as they go: a process whose
+		// parent was killed comes to the reaper, and gets SIGKILL then.
+		giveUp := time.Now().Add(survivorWait)
+		for time.Now().Before(giveUp) {
+			signalDescendants(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+				break
+			}
+			time.Sleep(reaperPoll / 5)
+		}
 		return exitFailure
 	}
 	exited := false
 	// Polled only after CMD exited: until then SIGCHLD is enough.
 	var poll <-chan time.Time
+	// leftovers fires leftoverGrace after CMD exited: what is left of it
+	// then (its group, or children of the reaper's in other groups) is
+	// stopped as a lost lease's CMD is.
+	var leftovers <-chan time.Time
+	// killedAt is when the guard sent SIGKILL.
+	var killedAt time.Time
 	for {
+		children := true
 		for {
 			var ws syscall.WaitStatus
 			reaped, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|syscall.WUNTRACED, nil)
 			if errors.Is(err, syscall.EINTR) {
 				continue
+			}
+			if errors.Is(err, syscall.ECHILD) {
+				children = false
 			}
 			if err != nil || reaped <= 0 {
 				break
@@ -290,14 +330,27 @@ func reaperMain(args []string) int {
 				ticker := time.NewTicker(reaperPoll)
 				defer ticker.Stop()
 				poll = ticker.C
+				leftovers = time.After(leftoverGrace)
 			}
 		}
-		if exited && !groupAlive(pid) {
+		// Not finished while any child is left: a daemon CMD started
+		// (setsid) runs on without the lease otherwise.
+		if exited && !children && !groupAlive(pid) {
 			return exitOK
 		}
+		if exited && !killedAt.IsZero() && time.Since(killedAt) > survivorWait {
+			// Stuck in the kernel: SIGKILL cannot end it, and waiting
+			// would keep the lease forever.
+			fmt.Fprintln(os.Stderr, "spannerlock: processes CMD left survived SIGKILL; not waiting for them")
+			return exitOK
+		}
+		guard.killAgain()
 		select {
-		case <-children:
+		case <-childSignals:
 		case <-poll:
+		case <-leftovers:
+			leftovers = nil
+			guard.stop()
 		case <-guard.deadlineC():
 			if !exited {
 				_, _ = fmt.Fprintln(report, "deadline")
@@ -305,6 +358,7 @@ func reaperMain(args []string) int {
 			guard.stop()
 		case <-guard.killC():
 			guard.killNow()
+			killedAt = time.Now()
 		case cmd, ok := <-commands:
 			switch {
 			case !ok && os.Getppid() != parent:
@@ -349,6 +403,84 @@ func readCommands(r io.Reader) <-chan guardCommand {
 		}
 	}()
 	return ch
+}
+
+// sweep kills what a reaper that was killed left of CMD: CMD's process
+// group, and every process reparented to spannerlock (a subreaper) since,
+// such as CMD's children and the daemons CMD started, and their
+// descendants. It reaps those that are spannerlock's children, and returns
+// once none is left, or after survivorWait for a process that SIGKILL
+// cannot end (stuck in the kernel).
+func sweep(pgid int) {
+	self := os.Getpid()
+	giveUp := time.Now().Add(survivorWait)
+	for {
+		left := 0
+		procs := processTable()
+		for pid, st := range procs {
+			if st.pgrp != pgid && !descendsFrom(procs, pid, self) {
+				continue
+			}
+			if st.state != "Z" && st.state != "X" {
+				left++
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			if st.ppid == self {
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			}
+		}
+		if left == 0 || time.Now().After(giveUp) {
+			return
+		}
+		time.Sleep(reaperPoll)
+	}
+}
+
+// processTable reads every process's state, parent and group from /proc.
+func processTable() map[int]procStatus {
+	procs := map[int]procStatus{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return procs
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := procStat(pid); err == nil {
+			procs[pid] = st
+		}
+	}
+	return procs
+}
+
+// descendsFrom reports whether pid is a descendant of ancestor in procs.
+func descendsFrom(procs map[int]procStatus, pid, ancestor int) bool {
+	seen := map[int]bool{}
+	for st, ok := procs[pid]; ok && !seen[pid]; st, ok = procs[pid] {
+		seen[pid] = true
+		if st.ppid == ancestor {
+			return true
+		}
+		pid = st.ppid
+	}
+	return false
+}
+
+// signalDescendants sends sig to CMD's group and to every live descendant of
+// the calling process (the reaper): what CMD left in other groups and
+// sessions (setsid daemons) as well.
+func signalDescendants(pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	self := os.Getpid()
+	procs := processTable()
+	for pid, st := range procs {
+		if st.state != "Z" && st.state != "X" && descendsFrom(procs, pid, self) {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
 }
 
 // aloneInGroup reports whether spannerlock's process group holds nothing

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -81,7 +80,7 @@ func runRunOnce(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(a), cf.check(), checkName("JOB", job)); err != nil {
+	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkName("JOB", job)); err != nil {
 		return err
 	}
 	if maxFailures < 0 {
@@ -115,30 +114,29 @@ func runRunOnce(a *app, args []string) error {
 			c.log.Info("waiting: job "+quote(job)+" slot "+slotName+" is running elsewhere", "holder_id", h.HolderID, "token", h.Token)
 		}
 	}
-	if wait.try {
-		var stopWatch func()
-		ctx, stopWatch = a.runningElsewhere(ctx, c, lockName, &gate)
-		defer stopWatch()
-	}
 	type outcome struct{ ran bool }
+	opts := []lease.RunOnceOption{lease.WithMaxFailures(maxFailures)}
+	if wait.try {
+		// A --try that found the slot running elsewhere leaves nothing in
+		// its line to take the slot later.
+		opts = append(opts, lease.WithoutWaiting())
+	}
 	o, err := withinGated(ctx, &gate, func() (outcome, error) {
 		ran, err := c.lease.RunOnce(ctx, job, slot, func(ctx context.Context) error {
 			if !gate.start() {
 				return errAbandoned
 			}
 			return a.runSlot(ctx, c, job, slotName, spec, cf.killAfter, end)
-		}, lease.WithMaxFailures(maxFailures))
+		}, opts...)
 		return outcome{ran}, err
 	})
 	ran := o.ran
 	timedOut := deadlinePassed(ctx)
 	if sig := end(); sig != nil && !gate.started() {
+		a.interrupted = true
 		return interrupted(sig)
 	}
-	var (
-		exit *exitError
-		busy *busyError
-	)
+	var exit *exitError
 	switch {
 	case err == nil && ran:
 		return nil
@@ -160,8 +158,8 @@ func runRunOnce(a *app, args []string) error {
 	case errors.Is(err, lease.ErrTooManyFailures):
 		return exitWith(exitFailure, "job %s slot %s failed %d times or more, so it does not run again (--max-failures %d); "+
 			"'spannerlock status' lists its runs: %v", quote(job), slotName, maxFailures, maxFailures, err)
-	case errors.As(context.Cause(ctx), &busy):
-		return a.conflict("job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, busy)
+	case errors.Is(err, lease.ErrNotAcquired) && wait.try:
+		return a.conflict("job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, runnerOf(err))
 	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
 		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d)+" (before that, it ran elsewhere: "+runnerOf(err)+")", err)
 	case errors.Is(err, lease.ErrNotAcquired):
@@ -194,58 +192,12 @@ func (a *app) runSlot(ctx context.Context, c *conn, job, slot string, spec *chil
 	return exitCode(out.status)
 }
 
-// busyError is the cause of a run-once --try that found the slot running
-// elsewhere.
-type busyError struct {
-	runner lease.Holder
-}
-
-func (e *busyError) Error() string {
-	return fmt.Sprintf("run by %s with token %d", quote(e.runner.HolderID), e.runner.Token)
-}
-
-// runningElsewhere returns a context that ends, with a *busyError as its
-// cause, once a read of the slot's lock (named lockName) finds it held
-// while this process has not started CMD: run-once --try must not wait for
-// a run elsewhere. It reads at once and then once per poll interval, since
-// the slot may be taken after the first read and before RunOnce takes it.
-// A holder it finds just after this process took the slot ends only the
-// waiting: RunOnce runs CMD under the lease's own context.
-func (a *app) runningElsewhere(parent context.Context, c *conn, lockName string, gate *startGate) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !gate.started() {
-			h, err := c.lease.Holder(ctx, lockName)
-			if err == nil && !gate.started() {
-				cancel(&busyError{runner: h})
-				return
-			}
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-time.After(a.global.poll):
-			}
-		}
-	}()
-	return ctx, func() {
-		close(done)
-		wg.Wait()
-		cancel(nil)
-	}
-}
-
 // runnerOf says who runs the slot, from the error of a RunOnce that gave up
 // waiting.
 func runnerOf(err error) string {
 	var held *lease.HeldError
 	if errors.As(err, &held) {
-		return (&busyError{runner: held.Holder}).Error()
+		return fmt.Sprintf("run by %s with token %d", quote(held.Holder.HolderID), held.Holder.Token)
 	}
 	return "its runner is live"
 }

@@ -185,6 +185,39 @@ func TestRunOnceTry(t *testing.T) {
 	c.expect(exitAlreadyDone, "run-once", "--try", "job", "--slot", slot, "--", "touch", "again")
 }
 
+// TestRunOnceTryLeavesNothingBehind: run-once --try never waits in the
+// slot's line, and never mistakes its own run for one elsewhere. A --try
+// that finds the slot running exits 75 leaving no waiter; a --try on an
+// open slot runs CMD every time (issue 28, item 11: a --try read the slot's
+// holder beside a waiting RunOnce, and when the RunOnce took the open slot
+// first, the read found this process's own lease and the --try exited 75
+// as if the slot ran elsewhere). A fast poll interval makes those reads
+// come as often as spannerlock allows.
+func TestRunOnceTryLeavesNothingBehind(t *testing.T) {
+	c := newCLI(t)
+	lc := c.client()
+	runner := c.start("--holder-id", "runner", "run-once", "job", "--slot", slot, "--shell", "--", "echo ready > ready; sleep 300 & wait")
+	c.waitFile("ready")
+	c.expect(exitNotAcquired, "--poll-interval", "50ms", "run-once", "--try", "job", "--slot", slot, "--", "touch", "ran")
+	waiters, err := lc.Waiters(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(waiters) > 0 || c.exists("ran") {
+		t.Fatalf("a --try that found the slot running left waiters %+v (CMD ran: %v)", waiters, c.exists("ran"))
+	}
+	runner.signal(syscall.SIGTERM)
+	runner.expect(128 + int(syscall.SIGTERM))
+	start, _ := time.Parse(time.RFC3339, slot)
+	for i := range 10 {
+		s := start.Add(time.Duration(i) * time.Hour).Format(time.RFC3339)
+		r := c.run("--poll-interval", "50ms", "run-once", "--try", "job", "--slot", s, "--", "true")
+		if r.code != 0 {
+			t.Fatalf("--try on the open slot %s exited %d, want 0 (CMD runs)\nstderr:\n%s", s, r.code, r.stderr)
+		}
+	}
+}
+
 // --max-failures stops running a slot whose runs failed that many times, on
 // any host; status lists each job's slots, done, running or failed, with
 // their runs (the table shows a job's last slot done, not the ones before

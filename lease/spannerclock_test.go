@@ -11,21 +11,25 @@ import (
 //
 // The two are not one clock, even though the emulator runs on this
 // machine. The emulator dispenses every timestamp from its Clock::Now,
-// which returns the last timestamp plus the time elapsed since, but at
-// least a microsecond: each call made within a microsecond of the last
-// puts its clock one more microsecond ahead of the machine's, and it never
-// gives that back. One emulator serves a whole test process, so its
-// timestamps run ahead of the local clock by an amount that only grows
-// (past 50 ms after a few hundred seeds on a loaded machine: an earlier
-// check that assumed a fixed bound failed 802 seeds of 974 with nothing
-// wrong). Comparing a commit timestamp with a local time directly is off
-// by that amount, in the direction that hides a rival granted while the
-// holder still held (the rival's commit looks later than it was).
+// which returns the last timestamp dispensed plus the wall-clock time
+// elapsed since, but at least a microsecond: each call made within a
+// microsecond of the last puts it a microsecond further ahead of the
+// machine's clock, and so does every step back of the machine's clock (it
+// never goes back itself). Neither is ever given back, and one emulator
+// serves a whole test process: a long run's timestamps run ahead of the
+// local clock by an amount that only grows. A run of 974 seeds, checked
+// against a fixed 50 ms bound, found commit timestamps further ahead than
+// that in 802 of them, with nothing else wrong. Comparing a commit
+// timestamp with a local time directly is off by that amount, and in the
+// direction that hides a rival granted while the holder still held (the
+// rival's commit looks later than it was) or, for a semaphore, takes a
+// SetPermits to be in effect before a grant that committed ahead of it.
 //
 // So the checker compares only what it can bound. Let D(t) be Spanner's
 // clock minus the local clock at local time t. D never decreases: Spanner's
-// clock gains at least the elapsed time (and the machine's wall clock is
-// assumed not to step during a run; NTP slews it). A strong read that
+// clock gains at least the wall-clock time elapsed, a step forward of the
+// wall clock included. (Local times are read from the same wall clock; a
+// step within one sampled read or call would make its own bounds wrong.) A strong read that
 // began at local b, returned at local e and read at timestamp s was served
 // (Clock::Now) at some local τ in [b, e], so s-e <= D(τ) <= s-b. Hence,
 // for every t >= e, D(t) >= s-e (lower), and for every t <= b, D(t) <= s-b

@@ -431,7 +431,11 @@ func TestADeadWaiterLeavesACompletedRunOnceSlotsLine(t *testing.T) {
 		name := lease.JobSlotName("report", slot)
 		runner := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("runner"))
 		f := &faults{}
-		doomed := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(ttl), lease.WithHolderID("doomed"),
+		// The doomed waiter's entry must still be live when the run's
+		// completion commits, just after the doomed Client is cut off: its
+		// TTL bounds how long that may take on a loaded machine.
+		doomedTTL := 10 * time.Second
+		doomed := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(doomedTTL), lease.WithHolderID("doomed"),
 			lease.WithPollInterval(50*time.Millisecond))
 		late := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("late"))
 		observer := newClient(t, db)
@@ -454,21 +458,23 @@ func TestADeadWaiterLeavesACompletedRunOnceSlotsLine(t *testing.T) {
 		}()
 		inLine(t, ctx, observer, name, "doomed")
 		// The doomed waiter is cut off: its leave and renewals never land,
-		// and its session expires in Spanner.
+		// and its session expires in Spanner. The run completes meanwhile,
+		// while the entry is still live: the completion leaves it in line.
 		f.partition(true)
+		close(finish)
+		fatalIf(t, <-ran, "the runner's RunOnce")
+		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 1 {
+			t.Fatalf("the slot's line holds %d entries once the run completed, want the doomed one", n)
+		}
 		dcancel()
 		select {
 		case err := <-gave:
 			if err == nil {
 				t.Fatal("the doomed waiter, cut off from Spanner, reported the slot done")
 			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("the doomed waiter did not give up within 20s of its context ending")
+		case <-time.After(2 * doomedTTL):
+			t.Fatal("the doomed waiter did not give up within two TTLs of its context ending")
 		}
-		// The run completes while the entry is still live: the completion
-		// leaves it in line.
-		close(finish)
-		fatalIf(t, <-ran, "the runner's RunOnce")
 		inLine(t, ctx, observer, name) // the doomed session expired: no live waiter
 		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 1 {
 			t.Fatalf("the slot's line holds %d entries before the late RunOnce, want the doomed one", n)

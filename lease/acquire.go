@@ -378,6 +378,7 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		committing bool
 		reaped     bool
 		queued     bool
+		completed  bool
 	)
 	if r == create {
 		// Whatever ends this attempt without confirming or abandoning the
@@ -395,13 +396,21 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 			err    error
 		)
 		gs, writes, err = t.take(ctx, tx, a)
-		reaped, queued = errors.Is(err, errReaped), errors.Is(err, errQueued)
+		reaped, queued, completed = errors.Is(err, errReaped), errors.Is(err, errQueued), errors.Is(err, errCompleted)
 		committing = err == nil || reaped || queued
-		if reaped || queued {
+		if reaped || queued || completed && len(writes) > 0 {
 			return writes, nil
 		}
 		return writes, err
 	})
+	if completed {
+		// The slot was seen done, which it stays (until cleanup deletes its
+		// row); whether the deletes of its dead waiters landed changes
+		// nothing for the caller: a later caller or release takes them out.
+		// No session row was written.
+		c.remember(t)
+		return nil, time.Time{}, errCompleted
+	}
 	switch {
 	case err != nil && committing && r == create && spanner.ErrCode(err) == codes.AlreadyExists:
 		err = errSessionGone{s} // the session's ID was already in Spanner

@@ -416,3 +416,78 @@ func TestRunOnceCountsOnlyRealRuns(t *testing.T) {
 		}
 	})
 }
+
+// A waiter that died in a RunOnce slot's line while the slot ran is taken
+// out by the next RunOnce of the slot, which finds it done: no other
+// transaction writes a completed slot's line, so that one must, or the
+// entry stays for as long as the slot's row (the randomized test found it
+// after quiescence).
+func TestADeadWaiterLeavesACompletedRunOnceSlotsLine(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		ttl := 2 * time.Second
+		slot := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+		name := lease.JobSlotName("report", slot)
+		runner := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("runner"))
+		f := &faults{}
+		// The doomed waiter's entry must still be live when the run's
+		// completion commits, just after the doomed Client is cut off: its
+		// TTL bounds how long that may take on a loaded machine.
+		doomedTTL := 10 * time.Second
+		doomed := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(doomedTTL), lease.WithHolderID("doomed"),
+			lease.WithPollInterval(50*time.Millisecond))
+		late := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("late"))
+		observer := newClient(t, db)
+		running, finish := make(chan struct{}), make(chan struct{})
+		ran := make(chan error, 1)
+		go func() {
+			_, err := runner.RunOnce(ctx, "report", slot, func(context.Context) error {
+				close(running)
+				<-finish
+				return nil
+			})
+			ran <- err
+		}()
+		<-running
+		dctx, dcancel := context.WithCancel(ctx)
+		gave := make(chan error, 1)
+		go func() {
+			_, err := doomed.RunOnce(dctx, "report", slot, func(context.Context) error { return nil })
+			gave <- err
+		}()
+		inLine(t, ctx, observer, name, "doomed")
+		// The doomed waiter is cut off: its leave and renewals never land,
+		// and its session expires in Spanner. The run completes meanwhile,
+		// while the entry is still live: the completion leaves it in line.
+		f.partition(true)
+		close(finish)
+		fatalIf(t, <-ran, "the runner's RunOnce")
+		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 1 {
+			t.Fatalf("the slot's line holds %d entries once the run completed, want the doomed one", n)
+		}
+		dcancel()
+		select {
+		case err := <-gave:
+			if err == nil {
+				t.Fatal("the doomed waiter, cut off from Spanner, reported the slot done")
+			}
+		case <-time.After(2 * doomedTTL):
+			t.Fatal("the doomed waiter did not give up within two TTLs of its context ending")
+		}
+		inLine(t, ctx, observer, name) // the doomed session expired: no live waiter
+		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 1 {
+			t.Fatalf("the slot's line holds %d entries before the late RunOnce, want the doomed one", n)
+		}
+		didRun, err := late.RunOnce(ctx, "report", slot, func(context.Context) error {
+			t.Error("the late replica ran a slot done elsewhere")
+			return nil
+		})
+		if didRun || err != nil {
+			t.Fatalf("the late RunOnce = %t, %v; want false, nil (done elsewhere)", didRun, err)
+		}
+		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 0 {
+			t.Fatalf("the slot's line holds %d entries after a RunOnce found the slot done", n)
+		}
+	})
+}

@@ -35,11 +35,12 @@ type grant struct {
 	key  string // what it excludes others from: the name, or pool#ID
 	kind grantKind
 	l    *lease.Lease
-	// client is the lease.Client that granted it; started is when the call
-	// that asked for it began.
-	client  *lease.Client
-	caller  string
-	started time.Time
+	// client is the lease.Client that granted it; started and returned
+	// bound, on this process's clock, the call that asked for it: its
+	// commit (AcquiredAt, on Spanner's clock) happened in between.
+	client            *lease.Client
+	caller            string
+	started, returned time.Time
 	// uses are the times a worker ID was used (WorkerID.Use).
 	uses []time.Time
 }
@@ -99,6 +100,7 @@ type randChecker struct {
 	regHistory []porcupine.Operation
 	inFlight   map[string]string
 	reported   map[string]bool
+	clock      spannerClock
 }
 
 func newRandChecker(t *testing.T) *randChecker {
@@ -178,25 +180,25 @@ func (ck *randChecker) endSetPermits(op *setPermitsOp, ok bool) {
 	op.end, op.ok = time.Now(), ok
 }
 
-// clockSkew bounds how far the emulator's commit timestamps run ahead of
-// this process's wall clock: measured up to 11 ms on a loaded machine.
-// A SetPermits counts as in effect for a grant only if it returned more
-// than that before the grant's commit timestamp; record checks the bound.
-const clockSkew = 50 * time.Millisecond
-
-// limitAt is the largest limit the semaphore may have had at t: that of the
-// last SetPermits that succeeded before t, or of any made after it that
-// began before t (they are made one at a time).
-func (ck *randChecker) limitAt(t time.Time) int64 {
+// limitAt is the largest limit the semaphore may have had when g
+// committed: that of the last SetPermits certain to have committed before
+// (it returned before g's call began, or before the local time that g's
+// commit timestamp certainly follows), or of any made after it that may
+// have committed before g (begun before g's commit certainly was). A
+// SetPermits that failed may have committed unknown to it, until its
+// transaction could no longer land; they are made one at a time.
+func (ck *randChecker) limitAt(g *grant) int64 {
+	after, before := ck.clock.localAfter(g), ck.clock.localBefore(g)
 	last := -1
 	for i, op := range ck.setPermits {
-		if op.ok && !op.end.IsZero() && op.end.Add(clockSkew).Before(t) {
+		if op.ok && !op.end.IsZero() && op.end.Before(after) {
 			last = i
 		}
 	}
 	limit := int64(0)
 	for i, op := range ck.setPermits {
-		if i == last || (i > last && op.start.Before(t)) {
+		mayBeIn := op.start.Before(before) && (op.ok || op.end.IsZero() || before.Before(op.end.Add(maxBound)))
+		if i == last || (i > last && mayBeIn) {
 			limit = max(limit, op.n)
 		}
 	}
@@ -255,9 +257,6 @@ func (ck *randChecker) record(g *grant) {
 	if at, ok := ck.closedAt[g.client]; ok && g.started.After(at) && g.l.Context().Err() == nil {
 		ck.errorf("%s was granted live by a Client closed at %s, to a call made after", g, at.Format(time.StampMicro))
 	}
-	if ahead := time.Until(g.l.AcquiredAt()); ahead > clockSkew {
-		ck.errorf("%s: its commit timestamp is %s ahead of the local clock at its return, more than the %s the checker allows", g, ahead, clockSkew)
-	}
 	ck.grants = append(ck.grants, g)
 	for _, o := range ck.grants[:len(ck.grants)-1] {
 		ck.checkPairLocked(o, g)
@@ -279,13 +278,31 @@ func (ck *randChecker) final() {
 	}
 	ck.checkPermitsLocked(randSem)
 	ck.checkRegistersLocked()
+	ck.checkCommitTimesLocked()
+}
+
+// checkCommitTimesLocked checks that every grant's AcquiredAt is a commit
+// timestamp of the call that returned it: on Spanner's clock, after the
+// call began and before it returned, as far as spannerClock can tell.
+func (ck *randChecker) checkCommitTimesLocked() {
+	for _, g := range ck.grants {
+		at := g.l.AcquiredAt()
+		if lo, ok := ck.clock.lower(g.started); ok && at.Before(g.started.Add(lo)) {
+			ck.errorf("%s: its commit timestamp is before its call began (%s, Spanner's clock at least %s ahead)", g, g.started.Format(time.StampMicro), lo)
+		}
+		if hi, ok := ck.clock.upper(g.returned); ok && at.After(g.returned.Add(hi)) {
+			ck.errorf("%s: its commit timestamp is after its call returned (%s, Spanner's clock at most %s ahead)", g, g.returned.Format(time.StampMicro), hi)
+		}
+	}
 }
 
 // forcedBetween reports whether a ForceRelease of name may have committed
-// after the earlier lease was granted and before the later one was.
-func (ck *randChecker) forcedBetween(name string, earlier, later time.Time) bool {
+// after the earlier grant's commit and before the later one's: it began
+// before the later call returned and had not returned before the earlier
+// call began (every time here is on this process's clock).
+func (ck *randChecker) forcedBetween(name string, earlier, later *grant) bool {
 	for _, fr := range ck.forces {
-		if fr.name == name && fr.start.Before(later) && (fr.end.IsZero() || fr.end.After(earlier)) {
+		if fr.name == name && fr.start.Before(later.returned) && (fr.end.IsZero() || fr.end.After(earlier.started)) {
 			return true
 		}
 	}
@@ -312,12 +329,15 @@ func (ck *randChecker) checkPairLocked(a, b *grant) {
 	if o.key != l.key || o.kind == permit || (o.kind == shared && l.kind == shared) {
 		return
 	}
-	if o.kind != workerID && ck.forcedBetween(o.name, oAt, lAt) {
+	if o.kind != workerID && ck.forcedBetween(o.name, o, l) {
 		return
 	}
+	// o's end is on this process's clock, l's commit on Spanner's: l
+	// committed by ck.clock.localBefore(l), and o's holder still held
+	// it then if it ended no earlier.
 	ended, live := endOf(o.l)
-	if live || ended.IsZero() || !ended.Before(lAt) {
-		ck.errorf("%s was granted while %s was live (ended %s, cause %v)", l, o, ended.Format(time.StampMicro), context.Cause(o.l.Context()))
+	if by := ck.clock.localBefore(l); live || ended.IsZero() || !ended.Before(by) {
+		ck.errorf("%s was granted while %s was live (ended %s, granted by %s, cause %v)", l, o, ended.Format(time.StampMicro), by.Format(time.StampMicro), context.Cause(o.l.Context()))
 	}
 }
 
@@ -349,16 +369,17 @@ func (ck *randChecker) checkPermitsLocked(sem string) {
 			continue
 		}
 		at := g.l.AcquiredAt()
+		by := ck.clock.localBefore(g) // g committed by then, on this process's clock
 		live := []*grant{g}
 		for _, o := range ck.grants {
 			if o == g || o.kind != permit || o.name != sem || !o.l.AcquiredAt().Before(at) {
 				continue
 			}
-			if ended, isLive := endOf(o.l); isLive || !ended.Before(at) {
+			if ended, isLive := endOf(o.l); isLive || !ended.Before(by) {
 				live = append(live, o)
 			}
 		}
-		if limit := ck.limitAt(at); int64(len(live)) > limit {
+		if limit := ck.limitAt(g); int64(len(live)) > limit {
 			ck.errorf("%s made %d permits live, limit %d: %v", g, len(live), limit, live)
 		}
 	}

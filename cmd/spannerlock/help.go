@@ -66,8 +66,9 @@ The exit status is the contract for scripts and cron wrappers:
          usage hint)
   3      holder, break: nobody holds NAME
   75     --try or --timeout found it held: Spanner said so, and the message
-         names the holder (--conflict-exit-code N replaces 75); a Spanner
-         that did not answer is 1, never 75
+         names the holder (--conflict-exit-code N replaces 75; with 0
+         nothing is written unless --verbose); a Spanner that did not
+         answer is 1, never 75
   76     the lease was lost while CMD ran, so CMD was stopped
   77     run-once: the slot was done already, here or elsewhere, so CMD did
          not run (--done-exit-code N replaces 77)

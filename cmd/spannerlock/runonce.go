@@ -159,11 +159,11 @@ func runRunOnce(a *app, args []string) error {
 		return exitWith(exitFailure, "job %s slot %s failed %d times or more, so it does not run again (--max-failures %d); "+
 			"'spannerlock status' lists its runs: %v", quote(job), slotName, maxFailures, maxFailures, err)
 	case errors.Is(err, lease.ErrNotAcquired) && wait.try:
-		return a.conflict("job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, runnerOf(err))
+		return a.conflict(c.log, "job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, runnerOf(err))
 	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
 		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d)+" (before that, it ran elsewhere: "+runnerOf(err)+")", err)
 	case errors.Is(err, lease.ErrNotAcquired):
-		return a.conflict("gave up after --timeout %s: job %s slot %s is running elsewhere (%s)",
+		return a.conflict(c.log, "gave up after --timeout %s: job %s slot %s is running elsewhere (%s)",
 			formatDuration(wait.timeout.d), quote(job), slotName, runnerOf(err))
 	case timedOut:
 		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d), err)

@@ -1,0 +1,70 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/spannerlock/terraform-provider-spannerlock/lease"
+)
+
+// Small habits of issue 28, item 10: what spannerlock writes on stderr, in
+// which format, and which names it keeps for itself.
+
+// jsonRecords parses stderr as one JSON object per line, failing the test
+// on any line that is not one.
+func jsonRecords(t *testing.T, what, stderr string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["time"] == nil || rec["level"] == nil || rec["msg"] == nil {
+			t.Fatalf("%s: a line of stderr that is not a JSON log record: %q (%v)\nstderr:\n%s", what, line, err, stderr)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// --try --conflict-exit-code 0 is silent when the lock (or the slot) is
+// held, as flock -n -E 0, so that cron mails nothing for a skipped run;
+// --timeout with it too. With --verbose the skip is logged, naming the
+// holder, at level INFO.
+func TestConflictExitCodeZeroIsSilent(t *testing.T) {
+	c := newCLI(t)
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"lock", "--try", "--conflict-exit-code", "0", "x", "--", "touch", "ran"},
+		{"lock", "--timeout", "1s", "--conflict-exit-code", "0", "x", "--", "touch", "ran"},
+	} {
+		if r := c.expect(0, args...); r.stderr != "" || r.stdout != "" || c.exists("ran") {
+			t.Errorf("%v: ran %v, stdout %q, stderr %q: want nothing", args, c.exists("ran"), r.stdout, r.stderr)
+		}
+	}
+
+	runner := c.start("--holder-id", "runner", "run-once", "job", "--slot", slot, "--shell", "--", "echo ready > ready; sleep 300 & wait")
+	c.waitFile("ready")
+	if r := c.expect(0, "run-once", "--try", "--conflict-exit-code", "0", "job", "--slot", slot, "--", "touch", "ran"); r.stderr != "" || c.exists("ran") {
+		t.Errorf("run-once --try --conflict-exit-code 0: ran %v, stderr %q: want nothing", c.exists("ran"), r.stderr)
+	}
+	runner.signal(syscall.SIGTERM)
+	runner.expect(128 + int(syscall.SIGTERM))
+
+	r := c.expect(0, "--verbose", "--log-format", "json", "lock", "--try", "--conflict-exit-code", "0", "x", "--", "touch", "ran")
+	logged := false
+	for _, rec := range jsonRecords(t, "--verbose --conflict-exit-code 0", r.stderr) {
+		msg, _ := rec["msg"].(string)
+		logged = logged || rec["level"] == "INFO" && strings.Contains(msg, `"the-holder"`)
+	}
+	if !logged || c.exists("ran") {
+		t.Errorf("--verbose --conflict-exit-code 0 does not log who holds the lock (ran %v):\n%s", c.exists("ran"), r.stderr)
+	}
+}

@@ -68,3 +68,47 @@ func TestConflictExitCodeZeroIsSilent(t *testing.T) {
 		t.Errorf("--verbose --conflict-exit-code 0 does not log who holds the lock (ran %v):\n%s", c.exists("ran"), r.stderr)
 	}
 }
+
+// With --log-format json every line spannerlock writes on stderr is a JSON
+// record: the final error, with its exit status (and for a usage error the
+// help to read), and what break and semaphore set report.
+func TestLogFormatJSONEveryLine(t *testing.T) {
+	c := newCLI(t)
+	if _, err := c.client(lease.WithHolderID("the-holder")).Acquire(testContext(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	finalError := func(r result, code int) map[string]any {
+		t.Helper()
+		for _, rec := range jsonRecords(t, "the final error", r.stderr) {
+			if rec["level"] == "ERROR" && rec["exit_status"] == float64(code) {
+				return rec
+			}
+		}
+		t.Fatalf("no ERROR record with exit_status %d:\n%s", code, r.stderr)
+		return nil
+	}
+	r := c.expect(exitNotAcquired, "--log-format", "json", "lock", "--try", "x", "--", "true")
+	if msg, _ := finalError(r, exitNotAcquired)["msg"].(string); !strings.Contains(msg, `"the-holder"`) {
+		t.Errorf("the error record does not name the holder:\n%s", r.stderr)
+	}
+	r = c.expect(exitUsage, "lock", "--log-format", "json")
+	if finalError(r, exitUsage)["usage"] != "spannerlock lock --help" {
+		t.Errorf("the usage error record does not point to the command's help:\n%s", r.stderr)
+	}
+
+	r = c.expect(0, "--log-format", "json", "semaphore", "set", "sem", "2")
+	if recs := jsonRecords(t, "semaphore set", r.stderr); len(recs) != 1 || recs[0]["level"] != "INFO" {
+		t.Errorf("semaphore set: want one INFO record:\n%s", r.stderr)
+	}
+	r = c.expect(0, "--log-format", "json", "break", "--yes", "x")
+	broke := false // besides the library's WARN record of the force-release
+	for _, rec := range jsonRecords(t, "break", r.stderr) {
+		broke = broke || rec["level"] == "INFO"
+	}
+	if !broke {
+		t.Errorf("break: want an INFO record of what it broke:\n%s", r.stderr)
+	}
+	if h := holderOf(t, c.client(), "x"); h != nil {
+		t.Errorf("break left x held by %q", h.HolderID)
+	}
+}

@@ -102,7 +102,7 @@ func (a *app) initTable(ctx context.Context, c *conn, setCleanup bool, cleanupAf
 	}
 	if dryRun {
 		printStatements(a, stmts)
-		say(a.stderr, "Dry run: %d statement(s) would run on %s; nothing was changed.\n", len(stmts), c.db)
+		a.note("Dry run: %s would run on %s; nothing was changed.\n", counted(len(stmts), "statement"), c.db)
 		return nil
 	}
 	admin, err := database.NewDatabaseAdminClient(ctx)

@@ -112,3 +112,29 @@ func TestLogFormatJSONEveryLine(t *testing.T) {
 		t.Errorf("break left x held by %q", h.HolderID)
 	}
 }
+
+// Counts are printed in the singular for one: no "1 permits", "1 times".
+func TestCountsOfOne(t *testing.T) {
+	c := newCLI(t)
+	singular := func(what string, r result) {
+		t.Helper()
+		for _, wrong := range []string{"1 permits", "1 times", "1 statements", "(s)"} {
+			if strings.Contains(r.stderr, wrong) {
+				t.Errorf("%s says %q:\n%s", what, wrong, r.stderr)
+			}
+		}
+	}
+	singular("semaphore set", c.expect(0, "semaphore", "set", "one", "1"))
+	lc := c.client(lease.WithHolderID("the-holder"))
+	if _, err := lc.AcquirePermit(testContext(t), "one"); err != nil {
+		t.Fatal(err)
+	}
+	singular("permit --try", c.expect(exitNotAcquired, "--verbose", "permit", "--try", "one", "--", "true"))
+
+	c.expect(3, "run-once", "--max-failures", "1", "job", "--slot", slot, "--", "sh", "-c", "exit 3")
+	r := c.expect(exitFailure, "run-once", "--max-failures", "1", "job", "--slot", slot, "--", "touch", "ran")
+	if c.exists("ran") || !strings.Contains(r.stderr, "failed 1 time or more") {
+		t.Errorf("run-once --max-failures 1 after a failure: ran %v, stderr:\n%s", c.exists("ran"), r.stderr)
+	}
+	singular("run-once --max-failures 1", r)
+}

@@ -156,8 +156,8 @@ func runRunOnce(a *app, args []string) error {
 	case outage(ctx) != nil:
 		return outage(ctx)
 	case errors.Is(err, lease.ErrTooManyFailures):
-		return exitWith(exitFailure, "job %s slot %s failed %d times or more, so it does not run again (--max-failures %d); "+
-			"'spannerlock status' lists its runs: %v", quote(job), slotName, maxFailures, maxFailures, err)
+		return exitWith(exitFailure, "job %s slot %s failed %s or more, so it does not run again (--max-failures %d); "+
+			"'spannerlock status' lists its runs: %v", quote(job), slotName, counted(maxFailures, "time"), maxFailures, err)
 	case errors.Is(err, lease.ErrNotAcquired) && wait.try:
 		return a.conflict(c.log, "job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, runnerOf(err))
 	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"flag"
+	"strings"
+	"time"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -134,6 +136,20 @@ func checkName(what, name string) error {
 		return usageError("%s: %v", what, err)
 	}
 	return nil
+}
+
+// jobSlotOf reports whether name is one that lease.JobSlotName makes, and
+// of which job and slot.
+func jobSlotOf(name string) (job string, slot time.Time, ok bool) {
+	i := strings.LastIndex(name, "@")
+	if i < 0 {
+		return "", time.Time{}, false
+	}
+	slot, err := time.Parse(time.RFC3339Nano, name[i+1:])
+	if err != nil || lease.JobSlotName(name[:i], slot) != name {
+		return "", time.Time{}, false
+	}
+	return name[:i], slot, true
 }
 
 func firstError(errs ...error) error {

@@ -138,3 +138,44 @@ func TestCountsOfOne(t *testing.T) {
 	}
 	singular("run-once --max-failures 1", r)
 }
+
+// status --help documents the waiters it lists, and status calls the lease
+// of a running run-once slot what holder calls it: run_once, with its job.
+func TestStatusNamesAsHolderDoes(t *testing.T) {
+	c := newCLI(t)
+	help := c.expect(0, "status", "--help")
+	if !strings.Contains(help.stdout, "waiters") {
+		t.Errorf("status --help does not mention waiters:\n%s", help.stdout)
+	}
+	runner := c.start("--holder-id", "runner", "run-once", "job", "--slot", slot, "--shell", "--", "echo ready > ready; sleep 300 & wait")
+	c.waitFile("ready")
+
+	var h struct {
+		Kind string `json:"kind"`
+		Job  string `json:"job"`
+	}
+	if r := c.expect(0, "holder", "job"); json.Unmarshal([]byte(r.stdout), &h) != nil || h.Kind != "run_once" {
+		t.Fatalf("holder job: %q", r.stdout)
+	}
+	var st struct {
+		Leases []struct {
+			Name     string `json:"name"`
+			HolderID string `json:"holder_id"`
+			Kind     string `json:"kind"`
+			Job      string `json:"job"`
+		} `json:"leases"`
+	}
+	r := c.expect(0, "status", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Leases) != 1 {
+		t.Fatalf("status -o json: %q (%v)", r.stdout, err)
+	}
+	if l := st.Leases[0]; l.Kind != h.Kind || l.Job != "job" || l.HolderID != "runner" || l.Name != "job@"+slot {
+		t.Errorf("status lists the running slot as %+v; holder calls it kind %q", l, h.Kind)
+	}
+	table := c.expect(0, "status")
+	if !strings.Contains(table.stdout, " run_once ") {
+		t.Errorf("status's table does not call the slot run_once:\n%s", table.stdout)
+	}
+	runner.signal(syscall.SIGTERM)
+	runner.expect(128 + int(syscall.SIGTERM))
+}

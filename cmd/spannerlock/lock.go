@@ -106,7 +106,7 @@ func (a *app) runHeld(args []string, command, argName, busy string, flags func(*
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkName(argName, name)); err != nil {
+	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkOwnName(argName, name)); err != nil {
 		return err
 	}
 	spec, err := a.prepareCommand(argv, cf.shell)
@@ -134,6 +134,23 @@ func (a *app) runHeld(args []string, command, argName, busy string, flags func(*
 func checkName(what, name string) error {
 	if err := lease.ValidateName(name); err != nil {
 		return usageError("%s: %v", what, err)
+	}
+	return nil
+}
+
+// checkOwnName is checkName for a name that spannerlock takes for its own
+// lock, semaphore or election: it also refuses the form JOB@SLOT, which
+// is run-once's name for the lock of a job's slot (lease.JobSlotName):
+// holding or declaring it would take that slot's row, as if the slot ran,
+// and reset its counts of runs.
+func checkOwnName(what, name string) error {
+	if err := checkName(what, name); err != nil {
+		return err
+	}
+	if job, slot, ok := jobSlotOf(name); ok {
+		return usageError("%s %s is reserved: JOB@SLOT (a job, \"@\" and an RFC 3339 time in UTC) names the lock run-once takes for "+
+			"a slot, here job %s slot %s; choose another name, or use 'spannerlock run-once %s --slot %s'",
+			what, quote(name), quote(job), formatTime(slot), printable(job), formatTime(slot))
 	}
 	return nil
 }

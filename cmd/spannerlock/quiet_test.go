@@ -179,3 +179,31 @@ func TestStatusNamesAsHolderDoes(t *testing.T) {
 	runner.signal(syscall.SIGTERM)
 	runner.expect(128 + int(syscall.SIGTERM))
 }
+
+// A name of the form JOB@SLOT is the lock run-once takes for a slot: lock,
+// permit, elect and semaphore set refuse it with a usage error, so that it
+// cannot take the slot's row and reset its runs (a done slot stays done);
+// other names with "@" are anyone's.
+func TestJobSlotNameIsReserved(t *testing.T) {
+	c := newCLI(t)
+	c.expect(0, "run-once", "job", "--slot", slot, "--", "true")
+	name := "job@" + slot
+	for _, args := range [][]string{
+		{"lock", name, "--", "touch", "ran"},
+		{"lock", "--try", name, "--", "touch", "ran"},
+		{"permit", name, "--", "touch", "ran"},
+		{"elect", name, "--", "touch", "ran"},
+		{"semaphore", "set", name, "2"},
+	} {
+		r := c.expect(exitUsage, args...)
+		if !strings.Contains(r.stderr, "JOB@SLOT") || !strings.Contains(r.stderr, "run-once") {
+			t.Errorf("%v: the usage error does not name the reserved form:\n%s", args, r.stderr)
+		}
+	}
+	if c.exists("ran") {
+		t.Error("CMD ran under a slot's name")
+	}
+	c.expect(exitAlreadyDone, "run-once", "job", "--slot", slot, "--", "touch", "ran")
+	c.expect(0, "lock", "deploy@prod", "--", "true")
+	c.expect(0, "lock", "job@2026-11-23", "--", "true") // not a slot's RFC 3339 time
+}

@@ -39,6 +39,11 @@ runs it.
     run-once exits 1 saying so. 'spannerlock status' lists each job's slots,
     done, running or failed, with their runs.
 
+A slot's lock is named JOB@SLOT, the slot as an RFC 3339 time in UTC
+(status and holder call it kind run_once); lock, permit, elect and
+semaphore set refuse a name of that form (exit 2), which would take the
+slot's row and reset its runs.
+
 --slot takes an RFC 3339 time. --every takes the slot of a schedule aligned
 to the clock that is current now: --every 1h at 03:00:05 is the slot 03:00 UTC,
 so the same command in every machine's crontab names the same slot. CMD gets

@@ -95,7 +95,7 @@ func (a *app) setPermits(args []string) error {
 	if err != nil || n < 1 {
 		return usageError("semaphore set %s %s: N, the number of permits, must be a whole number of at least 1", quote(name), pos[1])
 	}
-	if err := checkName("NAME", name); err != nil {
+	if err := checkOwnName("NAME", name); err != nil {
 		return err
 	}
 	c, err := a.connect()

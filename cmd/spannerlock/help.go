@@ -152,6 +152,13 @@ both are killed at once (pkill -9 -f spannerlock) can CMD's other
 processes outlive the lease: run spannerlock where the whole tree is
 killed together (a systemd unit, a container) if that may happen.
 
+Under systemd, set KillMode=mixed in the unit: the default, control-group,
+sends SIGTERM to every process of the unit at once, so that CMD gets it
+twice, from systemd and again from spannerlock. With mixed, systemd signals
+spannerlock alone, which passes it on to CMD's group, waits for CMD and
+releases the lease; what is left when TimeoutStopSec runs out is killed,
+the whole unit together. Give TimeoutStopSec room for CMD to stop.
+
 Job control: CMD and spannerlock stop and continue together, as the
 processes of a shell's job do. Ctrl-Z (or CMD reading the terminal from
 the background) stops CMD and then spannerlock, so the shell says the job

@@ -207,3 +207,12 @@ func TestJobSlotNameIsReserved(t *testing.T) {
 	c.expect(0, "lock", "deploy@prod", "--", "true")
 	c.expect(0, "lock", "job@2026-11-23", "--", "true") // not a slot's RFC 3339 time
 }
+
+// 'help signals' tells systemd users to set KillMode=mixed, so that CMD is
+// not signalled twice, by systemd and by spannerlock.
+func TestHelpSignalsSystemd(t *testing.T) {
+	c := newCLI(t)
+	if r := c.expect(0, "help", "signals"); !strings.Contains(r.stdout, "KillMode=mixed") {
+		t.Errorf("help signals does not mention KillMode=mixed:\n%s", r.stdout)
+	}
+}

@@ -47,6 +47,9 @@ included, are stopped the same way before the lock is released.
 Without CMD, spannerlock prints the token and holds the lock until SIGINT or
 SIGTERM (exit 0), or until it is lost (exit 76).
 
+NAME may not have the form JOB@SLOT (a job, "@", an RFC 3339 time in UTC):
+that is the lock of a run-once slot, and lock refuses it (exit 2).
+
 Examples:
   # One deploy at a time, across every pipeline:
   spannerlock lock deploy -- ./deploy.sh production

@@ -165,7 +165,7 @@ func (c *Client) Close() error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("lease: Close: releasing %d leases (they expire within %s): %w", len(held), c.cfg.ttl, c.st.explain(err))
+		return fmt.Errorf("lease: Close: releasing %s (they expire within %s): %w", counted(len(held), "lease"), c.cfg.ttl, c.st.explain(err))
 	}
 	return nil
 }

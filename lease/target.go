@@ -193,7 +193,7 @@ func (t lockTarget) blocker(c *Client, l *line, place *queueKey) error {
 	}
 	if t.untilCompleted && t.maxFailures > 0 && r.attempts.Int64 >= t.maxFailures {
 		// Not live and not completed: every earlier run failed or crashed.
-		return fmt.Errorf("%w: %q failed %d times", ErrTooManyFailures, l.name, r.attempts.Int64)
+		return fmt.Errorf("%w: %q failed %s", ErrTooManyFailures, l.name, counted(r.attempts.Int64, "time"))
 	}
 	return nil
 }
@@ -340,7 +340,7 @@ func (t slotTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 	case p.full && p.reapOnly:
 		return nil, writes, errReaped
 	case p.full || waiting:
-		blocked := fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
+		blocked := allPermitsHeld(p.inUse, t.pool)
 		if !p.full {
 			blocked = errWaitersAhead(t.pool)
 		}
@@ -482,7 +482,7 @@ func (t slotTarget) look(c *Client, lines map[string]*line, place *queueKey) (bo
 		// the parent row in its transaction, returns the error.
 		return true, 0, nil //nolint:nilerr // the attempt reports it, from what it reads in its transaction
 	case p.full && !p.reapOnly:
-		return false, st.soonest().remaining(), fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, p.inUse, t.pool)
+		return false, st.soonest().remaining(), allPermitsHeld(p.inUse, t.pool)
 	case l.ahead(c.keeper, false, place):
 		return false, st.soonest().remaining(), errWaitersAhead(t.pool)
 	}
@@ -510,4 +510,21 @@ func sortedNames(names []string) []string {
 	out := slices.Clone(names)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// allPermitsHeld is the ErrNotAcquired of a semaphore whose n permits are
+// all held: "the only permit" of a semaphore of one, not "all 1 permits".
+func allPermitsHeld(n int, pool string) error {
+	if n == 1 {
+		return fmt.Errorf("%w: the only permit of %q is held", ErrNotAcquired, pool)
+	}
+	return fmt.Errorf("%w: all %d permits of %q are held", ErrNotAcquired, n, pool)
+}
+
+// counted is "1 time" or "N times": n and word, made plural unless n is 1.
+func counted[N ~int | ~int64](n N, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }

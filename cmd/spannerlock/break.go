@@ -135,7 +135,7 @@ func runBreak(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	say(a.stderr, "Broke %s: it was held by %s with token %d since %s; its next renewal finds it lost.\n",
+	a.note("Broke %s: it was held by %s with token %d since %s; its next renewal finds it lost.\n",
 		t.what, printable(ended.HolderID), ended.Token, formatTime(ended.AcquiredAt))
 	if *output == "json" {
 		return writeJSON(a.stdout, statusLeaseOf(ended))

@@ -94,7 +94,7 @@ func runElect(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firstError(cf.check(a.global.ttl), checkName("NAME", name)); err != nil {
+	if err := firstError(cf.check(a.global.ttl), checkOwnName("NAME", name)); err != nil {
 		return err
 	}
 	if *observe {

@@ -66,8 +66,9 @@ The exit status is the contract for scripts and cron wrappers:
          usage hint)
   3      holder, break: nobody holds NAME
   75     --try or --timeout found it held: Spanner said so, and the message
-         names the holder (--conflict-exit-code N replaces 75); a Spanner
-         that did not answer is 1, never 75
+         names the holder (--conflict-exit-code N replaces 75; with 0
+         nothing is written unless --verbose); a Spanner that did not
+         answer is 1, never 75
   76     the lease was lost while CMD ran, so CMD was stopped
   77     run-once: the slot was done already, here or elsewhere, so CMD did
          not run (--done-exit-code N replaces 77)
@@ -150,6 +151,13 @@ spannerlock does, and waits for it to be gone before it releases. Only if
 both are killed at once (pkill -9 -f spannerlock) can CMD's other
 processes outlive the lease: run spannerlock where the whole tree is
 killed together (a systemd unit, a container) if that may happen.
+
+Under systemd, set KillMode=mixed in the unit: the default, control-group,
+sends SIGTERM to every process of the unit at once, so that CMD gets it
+twice, from systemd and again from spannerlock. With mixed, systemd signals
+spannerlock alone, which passes it on to CMD's group, waits for CMD and
+releases the lease; what is left when TimeoutStopSec runs out is killed,
+the whole unit together. Give TimeoutStopSec room for CMD to stop.
 
 Job control: CMD and spannerlock stop and continue together, as the
 processes of a shell's job do. Ctrl-Z (or CMD reading the terminal from

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -28,7 +29,7 @@ func (f *waitFlags) register(a *app, fs *flag.FlagSet, busy string) {
 	f.timeout.register(fs, "timeout", "give up after this long (connecting included), with exit status 75 if "+busy+
 		"; 0 tries once, as --try (default: wait until acquired)")
 	fs.Var(exitCodeValue{&a.conflictCode}, "conflict-exit-code",
-		"exit with this `status` instead of 75 when --try or --timeout finds that "+busy+" (as flock -E); with 0, say nothing")
+		"exit with this `status` instead of 75 when --try or --timeout finds that "+busy+" (as flock -E); with 0, say nothing (--verbose logs it)")
 }
 
 // exitCodeValue is a flag that sets an exit status, 0 to 255.
@@ -115,11 +116,11 @@ func (a *app) acquire(ctx context.Context, c *conn, f waitFlags, acq acquisition
 	case outage(ctx) != nil:
 		return nil, outage(ctx)
 	case errors.Is(err, lease.ErrNotAcquired) && f.try:
-		return nil, a.conflict("%s; --try does not wait", busy)
+		return nil, a.conflict(c.log, "%s; --try does not wait", busy)
 	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
 		return nil, c.health.noAnswer(" within --timeout "+formatDuration(f.timeout.d)+" (before that: "+busy+")", err)
 	case errors.Is(err, lease.ErrNotAcquired):
-		return nil, a.conflict("gave up after --timeout %s: %s", formatDuration(f.timeout.d), busy)
+		return nil, a.conflict(c.log, "gave up after --timeout %s: %s", formatDuration(f.timeout.d), busy)
 	case timedOut:
 		return nil, c.health.noAnswer(" within --timeout "+formatDuration(f.timeout.d), err)
 	}
@@ -129,9 +130,10 @@ func (a *app) acquire(ctx context.Context, c *conn, f waitFlags, acq acquisition
 // conflict ends spannerlock with exit status 75 (or --conflict-exit-code):
 // Spanner said that what it wanted is held. With --conflict-exit-code 0 a
 // held lock is success, and says nothing, as flock -n -E 0: cron mails
-// whatever a job writes.
-func (a *app) conflict(format string, args ...any) error {
+// whatever a job writes. Only --verbose logs it then, at level INFO.
+func (a *app) conflict(log *slog.Logger, format string, args ...any) error {
 	if a.conflictCode == exitOK {
+		log.Info("not acquired, which --conflict-exit-code 0 makes success: " + fmt.Sprintf(format, args...))
 		return &exitError{code: exitOK}
 	}
 	return exitWith(a.conflictCode, format, args...)

@@ -107,7 +107,7 @@ func otherHolders(ctx context.Context, c *conn, name string) ([]any, error) {
 	for _, j := range jobs {
 		isJob = isJob || j.Job == name
 		if j.Job == name && j.Runner != nil {
-			out = append(out, runnerJSON{holderJSON: toJSON(*j.Runner), Kind: "run_once", Job: j.Job, Slot: formatTime(j.Slot)})
+			out = append(out, runnerJSON{holderJSON: toJSON(*j.Runner), Kind: runOnceKind, Job: j.Job, Slot: formatTime(j.Slot)})
 		}
 	}
 	switch {

@@ -97,12 +97,12 @@ func (a *app) initTable(ctx context.Context, c *conn, setCleanup bool, cleanupAf
 			"Fix the table by hand as described, or use another --table", err)
 	}
 	if len(stmts) == 0 {
-		say(a.stderr, "Table %s in %s is at schema version %d: nothing to do.\n", c.table, c.db, ins.Version)
+		a.note("Table %s in %s is at schema version %d: nothing to do.\n", c.table, c.db, ins.Version)
 		return nil
 	}
 	if dryRun {
 		printStatements(a, stmts)
-		say(a.stderr, "Dry run: %d statement(s) would run on %s; nothing was changed.\n", len(stmts), c.db)
+		a.note("Dry run: %s would run on %s; nothing was changed.\n", counted(len(stmts), "statement"), c.db)
 		return nil
 	}
 	admin, err := database.NewDatabaseAdminClient(ctx)
@@ -120,11 +120,11 @@ func (a *app) initTable(ctx context.Context, c *conn, setCleanup bool, cleanupAf
 	printStatements(a, stmts)
 	switch {
 	case !ins.Exists:
-		say(a.stderr, "Created table %s in %s at schema version %d.\n", c.table, c.db, locktable.Latest)
+		a.note("Created table %s in %s at schema version %d.\n", c.table, c.db, locktable.Latest)
 	case ins.Version < locktable.Latest:
-		say(a.stderr, "Migrated table %s in %s from schema version %d to %d.\n", c.table, c.db, ins.Version, locktable.Latest)
+		a.note("Migrated table %s in %s from schema version %d to %d.\n", c.table, c.db, ins.Version, locktable.Latest)
 	default:
-		say(a.stderr, "Updated table %s in %s.\n", c.table, c.db)
+		a.note("Updated table %s in %s.\n", c.table, c.db)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"flag"
+	"strings"
+	"time"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
 )
@@ -44,6 +46,9 @@ included, are stopped the same way before the lock is released.
 
 Without CMD, spannerlock prints the token and holds the lock until SIGINT or
 SIGTERM (exit 0), or until it is lost (exit 76).
+
+NAME may not have the form JOB@SLOT (a job, "@", an RFC 3339 time in UTC):
+that is the lock of a run-once slot, and lock refuses it (exit 2).
 
 Examples:
   # One deploy at a time, across every pipeline:
@@ -104,7 +109,7 @@ func (a *app) runHeld(args []string, command, argName, busy string, flags func(*
 	if err != nil {
 		return err
 	}
-	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkName(argName, name)); err != nil {
+	if err := firstError(wait.check(a), cf.check(a.global.ttl), checkOwnName(argName, name)); err != nil {
 		return err
 	}
 	spec, err := a.prepareCommand(argv, cf.shell)
@@ -134,6 +139,37 @@ func checkName(what, name string) error {
 		return usageError("%s: %v", what, err)
 	}
 	return nil
+}
+
+// checkOwnName is checkName for a name that spannerlock takes for its own
+// lock, semaphore or election: it also refuses the form JOB@SLOT, which
+// is run-once's name for the lock of a job's slot (lease.JobSlotName):
+// holding or declaring it would take that slot's row, as if the slot ran,
+// and reset its counts of runs.
+func checkOwnName(what, name string) error {
+	if err := checkName(what, name); err != nil {
+		return err
+	}
+	if job, slot, ok := jobSlotOf(name); ok {
+		return usageError("%s %s is reserved: JOB@SLOT (a job, \"@\" and an RFC 3339 time in UTC) names the lock run-once takes for "+
+			"a slot, here job %s slot %s; choose another name, or use 'spannerlock run-once %s --slot %s'",
+			what, quote(name), quote(job), formatTime(slot), printable(job), formatTime(slot))
+	}
+	return nil
+}
+
+// jobSlotOf reports whether name is one that lease.JobSlotName makes, and
+// of which job and slot.
+func jobSlotOf(name string) (job string, slot time.Time, ok bool) {
+	i := strings.LastIndex(name, "@")
+	if i < 0 {
+		return "", time.Time{}, false
+	}
+	slot, err := time.Parse(time.RFC3339Nano, name[i+1:])
+	if err != nil || lease.JobSlotName(name[:i], slot) != name {
+		return "", time.Time{}, false
+	}
+	return name[:i], slot, true
 }
 
 func firstError(errs ...error) error {

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -221,17 +222,50 @@ func (a *app) fail(err error) int {
 	if !errors.As(err, &e) {
 		e = &exitError{code: exitFailure, err: err}
 	}
-	if e.err != nil {
-		say(a.stderr, "spannerlock: %v\n", e.err)
-	}
+	help := ""
 	if e.usage {
-		help := "spannerlock --help"
+		help = "spannerlock --help"
 		if e.command != "" {
 			help = "spannerlock " + e.command + " --help"
 		}
+	}
+	if a.global.logFormat == "json" {
+		// One JSON record, as every other line on stderr, for a log
+		// collector.
+		if e.err != nil {
+			attrs := []slog.Attr{slog.Int("exit_status", e.code)}
+			if help != "" {
+				attrs = append(attrs, slog.String("usage", help))
+			}
+			a.jsonLog().LogAttrs(context.Background(), slog.LevelError, e.err.Error(), attrs...)
+		}
+		return e.code
+	}
+	if e.err != nil {
+		say(a.stderr, "spannerlock: %v\n", e.err)
+	}
+	if help != "" {
 		say(a.stderr, "Run '%s' for usage.\n", help)
 	}
 	return e.code
+}
+
+// jsonLog writes JSON records to stderr whatever --verbose says: for what
+// spannerlock always tells, with --log-format json.
+func (a *app) jsonLog() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// note tells the user on stderr what a command did ("Broke ...", "Declared
+// ..."): a line of text, or with --log-format json a JSON record at level
+// INFO, printed with or without --verbose.
+func (a *app) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if a.global.logFormat == "json" {
+		a.jsonLog().Info(strings.TrimSuffix(msg, "\n"))
+		return
+	}
+	say(a.stderr, "%s", msg)
 }
 
 // exitError ends spannerlock with code, after printing err if it is not nil.

@@ -39,6 +39,11 @@ runs it.
     run-once exits 1 saying so. 'spannerlock status' lists each job's slots,
     done, running or failed, with their runs.
 
+A slot's lock is named JOB@SLOT, the slot as an RFC 3339 time in UTC
+(status and holder call it kind run_once); lock, permit, elect and
+semaphore set refuse a name of that form (exit 2), which would take the
+slot's row and reset its runs.
+
 --slot takes an RFC 3339 time. --every takes the slot of a schedule aligned
 to the clock that is current now: --every 1h at 03:00:05 is the slot 03:00 UTC,
 so the same command in every machine's crontab names the same slot. CMD gets
@@ -156,14 +161,14 @@ func runRunOnce(a *app, args []string) error {
 	case outage(ctx) != nil:
 		return outage(ctx)
 	case errors.Is(err, lease.ErrTooManyFailures):
-		return exitWith(exitFailure, "job %s slot %s failed %d times or more, so it does not run again (--max-failures %d); "+
-			"'spannerlock status' lists its runs: %v", quote(job), slotName, maxFailures, maxFailures, err)
+		return exitWith(exitFailure, "job %s slot %s failed %s or more, so it does not run again (--max-failures %d); "+
+			"'spannerlock status' lists its runs: %v", quote(job), slotName, counted(maxFailures, "time"), maxFailures, err)
 	case errors.Is(err, lease.ErrNotAcquired) && wait.try:
-		return a.conflict("job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, runnerOf(err))
+		return a.conflict(c.log, "job %s slot %s is running elsewhere (%s); --try does not wait", quote(job), slotName, runnerOf(err))
 	case errors.Is(err, lease.ErrNotAcquired) && timedOut && unansweredBeforeDeadline(ctx, c.health):
 		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d)+" (before that, it ran elsewhere: "+runnerOf(err)+")", err)
 	case errors.Is(err, lease.ErrNotAcquired):
-		return a.conflict("gave up after --timeout %s: job %s slot %s is running elsewhere (%s)",
+		return a.conflict(c.log, "gave up after --timeout %s: job %s slot %s is running elsewhere (%s)",
 			formatDuration(wait.timeout.d), quote(job), slotName, runnerOf(err))
 	case timedOut:
 		return c.health.noAnswer(" within --timeout "+formatDuration(wait.timeout.d), err)

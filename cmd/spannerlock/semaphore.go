@@ -95,7 +95,7 @@ func (a *app) setPermits(args []string) error {
 	if err != nil || n < 1 {
 		return usageError("semaphore set %s %s: N, the number of permits, must be a whole number of at least 1", quote(name), pos[1])
 	}
-	if err := checkName("NAME", name); err != nil {
+	if err := checkOwnName("NAME", name); err != nil {
 		return err
 	}
 	c, err := a.connect()
@@ -121,15 +121,15 @@ func (a *app) setPermits(args []string) error {
 	}
 	switch {
 	case !declared:
-		say(a.stderr, "Declared semaphore %s with %s in table %s.\n", printable(name), permitCount(n), c.table)
+		a.note("Declared semaphore %s with %s in table %s.\n", printable(name), counted(n, "permit"), c.table)
 	case before.Permits == n:
-		say(a.stderr, "Semaphore %s has %s already.\n", printable(name), permitCount(n))
+		a.note("Semaphore %s has %s already.\n", printable(name), counted(n, "permit"))
 	default:
-		say(a.stderr, "Semaphore %s has %s (it had %d).\n", printable(name), permitCount(n), before.Permits)
+		a.note("Semaphore %s has %s (it had %d).\n", printable(name), counted(n, "permit"), before.Permits)
 	}
 	if declared && int64(before.InUse()) > n {
-		say(a.stderr, "%d permits are in use, more than %d: they stay valid until released, and none is granted until fewer than %d are held.\n",
-			before.InUse(), n, n)
+		a.note("%s in use, more than %d: they stay valid until released, and none is granted until fewer than %d are held.\n",
+			counted(before.InUse(), "permit")+" are", n, n)
 	}
 	return nil
 }
@@ -172,12 +172,13 @@ func (a *app) getSemaphore(args []string) error {
 	return printSemaphore(a.stdout, out)
 }
 
-// permitCount is "1 permit" or "N permits".
-func permitCount(n int64) string {
+// counted is "1 permit" or "N permits": n and word, made plural unless n
+// is 1, wherever spannerlock prints a count.
+func counted[N ~int | ~int64](n N, word string) string {
 	if n == 1 {
-		return "1 permit"
+		return "1 " + word
 	}
-	return fmt.Sprintf("%d permits", n)
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // undeclared says how to declare the semaphore name.

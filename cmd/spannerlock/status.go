@@ -15,16 +15,19 @@ import (
 func statusCommand() *command {
 	return &command{
 		name:     "status",
-		summary:  "list every live lease and permit of the table, its semaphores and its run-once jobs",
+		summary:  "list every live lease and permit of the table, its semaphores, waiters and run-once jobs",
 		synopsis: "spannerlock status [-o table|json] [--watch] [flags]",
 		help: `
-Lists every live lease of the table (locks, semaphore permits and worker
-IDs) with its kind, holder, fencing token and expiry, then every declared
-semaphore with how many of its permits are in use, idle ones included, then
-the run-once jobs: of each, its last slot done and the slots after it, and
-every slot that is running, or failed and not done since, with its runs and
-failed runs. It reads through lease.Client.Holders, lease.Client.Semaphores
-and lease.Client.Jobs, one read each however many names the table has.
+Lists every live lease of the table (locks, semaphore permits, worker IDs
+and the locks of run-once slots running) with its kind, holder, fencing
+token and expiry, then every declared semaphore with how many of its
+permits are in use, idle ones included, then the waiters: of each name
+that has a line of acquisitions waiting, how many wait, the first in line
+and since when, then the run-once jobs: of each, its last slot done and the
+slots after it, and every slot that is running, or failed and not done
+since, with its runs and failed runs. It reads through
+lease.Client.Holders, lease.Client.Semaphores, lease.Client.Waiters and
+lease.Client.Jobs, one read each however many names the table has.
 
 With -o json it prints one object:
 
@@ -32,14 +35,18 @@ With -o json it prints one object:
    "leases":[{"name":...,"holder_id":...,"token":...,"acquired_at":...,"renewed_at":...,"expires_at":...,"kind":"lock"}],
    "semaphores":[{"name":"migrations","permits":3,"in_use":2}],
    "jobs":[{"job":"nightly-report","slot":"2026-11-23T03:00:00Z","done":true,
-            "completed_at":"2026-11-23T03:04:12.5Z","runs":2,"failures":1,"runner":null}]}
+            "completed_at":"2026-11-23T03:04:12.5Z","runs":2,"failures":1,"runner":null}],
+   "waiters":[{"name":"deploy","holder_id":...,"shared":false,"since":...}]}
 
 where each lease has the fields of 'spannerlock holder' plus its kind
-("lock", "permit" or "worker_id") and, for a permit or worker ID, its slot
-(the worker ID); a permit's name is its semaphore's. in_use counts the
-permits among the leases listed. jobs lists every slot recorded, by job and
-slot; runner is the live holder running it (the fields of holder), or
-null.
+("lock", "permit", "worker_id" or "run_once", as holder calls a run-once
+slot) and, for a permit or worker ID, its slot (the worker ID); a permit's
+name is its semaphore's, a run-once slot's is JOB@SLOT, with its job in
+job. in_use counts the permits among the leases listed. jobs lists every
+slot recorded, by job and slot; runner is the live holder running it (the
+fields of holder), or null. waiters lists every acquisition waiting in a
+name's line, name by name, in the order each line is served; shared is
+set for a --shared lock's.
 
 With --watch it reads the table again every second until SIGINT (Ctrl-C)
 or SIGTERM, then exits 0. On a terminal it redraws the table in place, under
@@ -73,6 +80,8 @@ type statusLeaseJSON struct {
 	Kind string `json:"kind"`
 	// Slot is a permit's slot or the worker ID; locks have none.
 	Slot *int64 `json:"slot,omitempty"`
+	// Job is a run-once slot's job; its name is JOB@SLOT.
+	Job string `json:"job,omitempty"`
 }
 
 type statusJSON struct {
@@ -249,17 +258,24 @@ func jobState(j jobSlotJSON) string {
 	return "open"
 }
 
-// statusLeaseOf is h as status lists it.
+// statusLeaseOf is h as status lists it. The lock of a run-once slot
+// (JOB@SLOT) is of kind run_once, with its job, as holder calls it.
 func statusLeaseOf(h lease.Holder) statusLeaseJSON {
 	l := statusLeaseJSON{holderJSON: toJSON(h), Kind: h.Kind}
 	if h.Kind != lockKind {
 		l.Slot = &h.Slot
+	} else if job, _, ok := jobSlotOf(h.Name); ok {
+		l.Kind, l.Job = runOnceKind, job
 	}
 	return l
 }
 
-// lockKind is lease.Holder.Kind of a lock.
-const lockKind = "lock"
+// lockKind is lease.Holder.Kind of a lock; runOnceKind is what status and
+// holder call the lock of a run-once slot.
+const (
+	lockKind    = "lock"
+	runOnceKind = "run_once"
+)
 
 func printStatus(w io.Writer, st statusJSON) error {
 	var b strings.Builder

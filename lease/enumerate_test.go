@@ -45,6 +45,9 @@ import (
 // commits well within it; the renewal interval is TTL/3.
 const enumTTL = 2 * time.Second
 
+// enumIdleAbort stands in for spannerIdleAbort in the enumeration.
+const enumIdleAbort = 2 * enumTTL
+
 // harness is one case: a database, the Client under test (its RPCs go
 // through f) and what the operation left it holding.
 type harness struct {
@@ -499,6 +502,10 @@ func enumerate(t *testing.T, cases *atomic.Int64) {
 func runCase(t *testing.T, spec caseSpec) []string {
 	ctx := emulator.Context(t)
 	model := newLockModel()
+	// A stuck transaction keeps its locks until Spanner aborts it as idle
+	// (about 10 s); the enumeration stands in 2 TTLs, still longer than
+	// any of the package's deadlines (a TTL at most), to keep time.
+	model.idleAbort = enumIdleAbort
 	h := &harness{t: t, ctx: ctx, db: newDatabase(t), f: &faults{model: model}, model: model}
 	h.c = newClientWith(t, spannerClient(t, h.db, h.f.options()...), lease.WithTTL(enumTTL), lease.WithHolderID("under-test"))
 	spec.sc.setup(h)

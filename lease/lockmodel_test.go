@@ -43,8 +43,8 @@ import (
 // Read sets are taken from requests: a Read names its keys; a query's are
 // the tables it mentions, each at the keys its string parameters name (a
 // lock or pool name), or the whole table when it has none; the sessions
-// table is always locked whole, since which session rows a join reads
-// depends on the data. That over-approximates Spanner, which locks only the
+// table is locked whole, since which session rows a join reads depends on
+// the data, but for a read driven by the session IDs it names. That over-approximates Spanner, which locks only the
 // rows a query reads: any wait the model reports could happen on Spanner
 // for some data, and no wait Spanner could impose is missed.
 type lockModel struct {
@@ -701,10 +701,19 @@ func rowsOf(req any) (reads, writes []modelRow) {
 // form names a session, not a row of the lock or permits table.
 var sessionIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
+// sessionsByKey finds a read of session rows driven by the session IDs a
+// statement names (UNNEST(@ids) joined on the key), which reads only
+// those rows.
+var sessionsByKey = regexp.MustCompile(`(?i)\bsess\.session_id\s*=\s*k\b`)
+
 func sqlRows(sql string, params *structpb.Struct) (reads, writes []modelRow) {
-	var keys []string
+	var keys, sessionKeys []string
 	key := func(v *structpb.Value) {
-		if s := v.GetStringValue(); s != "" && !sessionIDPattern.MatchString(s) {
+		switch s := v.GetStringValue(); {
+		case s == "":
+		case sessionIDPattern.MatchString(s):
+			sessionKeys = append(sessionKeys, s)
+		default:
 			keys = append(keys, s)
 		}
 	}
@@ -721,6 +730,12 @@ func sqlRows(sql string, params *structpb.Struct) (reads, writes []modelRow) {
 			continue
 		}
 		seen[table] = true
+		if table == "locks_sessions" && len(sessionKeys) > 0 && sessionsByKey.MatchString(sql) {
+			for _, k := range sessionKeys {
+				reads = append(reads, modelRow{table: table, key: k})
+			}
+			continue
+		}
 		if table == "locks_sessions" || len(keys) == 0 {
 			reads = append(reads, modelRow{table: table})
 			continue

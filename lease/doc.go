@@ -52,8 +52,9 @@
 // the Clients of that database.
 //
 // One session per Client. Every lease a Client holds names its session, one
-// row that is renewed once per renewal interval for all of them: two RPCs
-// and one row written per interval, whatever the number of leases. The
+// row that is renewed once per renewal interval for all of them: three RPCs
+// (two when the Client holds no lease, only waits) and one row written per
+// interval, whatever the number of leases. The
 // renewal then reads, with a strong read, whether each lease's row still
 // names the session with the lease's token, a check on holder and token; a
 // lease that fails it is lost. One renewal checks at most 1,000 leases, taking them in

@@ -497,15 +497,25 @@ func (t *modelTxn) expireLocked() {
 }
 
 // lockedUntil returns the latest moment a transaction that nobody ended
-// held a shared lock on row until Spanner aborted it as idle (zero if none
-// did): until then no writer of the row could commit.
+// held, or holds, a shared lock on row until Spanner aborted it, or aborts
+// it, as idle (zero if none did): until then no writer of the row could
+// commit.
 func (m *lockModel) lockedUntil(row modelRow) time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var until time.Time
 	for _, t := range m.txns {
-		if _, ok := t.locks([]modelRow{row}); ok && t.heldUntil.After(until) {
-			until = t.heldUntil
+		if _, ok := t.locks([]modelRow{row}); !ok {
+			continue
+		}
+		held := t.heldUntil
+		if !t.ended && (t.stuck || !t.deadline.IsZero() && time.Now().After(t.deadline)) {
+			// Its end is lost and Spanner has not aborted it yet: it holds
+			// the lock until the idle abort.
+			held = t.lastActive.Add(m.idleAbort)
+		}
+		if held.After(until) {
+			until = held
 		}
 	}
 	return until

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
-	sppb "cloud.google.com/go/spanner/apiv1/spannerpb"
 	"google.golang.org/grpc/codes"
 )
 
@@ -119,8 +118,9 @@ type renewal struct {
 const renewTag = "spannerlock-renew"
 
 // renew extends s: it renews S with a blind write in a transaction of its
-// own (one Commit, which reads nothing), then checks keys (L, P) with a
-// strong read, which takes no lock. It fails with errSessionGone if S is
+// own, which reads no row, then checks keys (L, P) with a strong read,
+// which takes no lock: three RPCs, one more than a check made in the
+// transaction. It fails with errSessionGone if S is
 // no longer in Spanner.
 //
 // The check is not made in the transaction, as a compare-and-set, though
@@ -138,9 +138,17 @@ const renewTag = "spannerlock-renew"
 // repeat, and a row that leaves a session never comes back to it with the
 // same token), so it did at the commit too.
 func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewal, error) {
-	out := renewal{sent: time.Now()}
-	ts, err := st.db.Apply(ctx, []*spanner.Mutation{s.renewal(st.sql, out.sent)}, spanner.TransactionTag(renewTag),
-		spanner.ApplyAtLeastOnce(), spanner.IsolationLevel(sppb.TransactionOptions_SERIALIZABLE))
+	var out renewal
+	// The transaction begins with a statement that reads no row (SELECT 1),
+	// not with the Commit alone (a single-use Commit, or a BeginTransaction
+	// first): the emulator holds a Commit that begins a transaction up while
+	// another transaction runs, where it aborts a statement at once, which
+	// transact retries. It costs the same RPCs as a BeginTransaction.
+	ts, err := st.transact(ctx, keeperLane, renewTag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		out.sent = time.Now()
+		err := tx.Query(ctx, spanner.Statement{SQL: "SELECT 1"}).Do(func(*spanner.Row) error { return nil })
+		return []*spanner.Mutation{s.renewal(st.sql, out.sent)}, err
+	})
 	switch {
 	case isRowNotFound(err):
 		return out, errSessionGone{s}

@@ -137,7 +137,11 @@ const renewTag = "spannerlock-renew"
 // named it since the grant, which came before the renewal (tokens never
 // repeat, and a row that leaves a session never comes back to it with the
 // same token), so it did at the commit too.
-func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewal, error) {
+//
+// The strong read has a bound of its own, as long as the transaction's
+// (readCtx gives it), so that a check that would come in time is not cut
+// short by a slow Commit: a renewal whose check fails extends nothing.
+func (st *store) renew(ctx context.Context, s *session, keys []leaseKey, readCtx func() (context.Context, context.CancelFunc)) (renewal, error) {
 	var out renewal
 	// The transaction begins with a statement that reads no row (SELECT 1),
 	// not with the Commit alone (a single-use Commit, or a BeginTransaction
@@ -156,7 +160,7 @@ func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewa
 		return out, err
 	}
 	out.commitTs = ts
-	rctx, cancel := outsideTransaction(ctx)
+	rctx, cancel := readCtx()
 	defer cancel()
 	out.owned, err = st.readOwned(rctx, taggedRead{st.db.Single(), renewTag}, s.id, keys)
 	return out, err

@@ -83,7 +83,7 @@
 // creation, renewals, the write that expires it) is blind. A Commit holds
 // exclusive locks on the rows it writes while it waits for older readers of
 // them, and a read in a transaction waits for those; so a renewal's
-// transaction reads nothing: it writes only its own session's row, which
+// transaction reads no row (it begins with SELECT 1): it writes only its own session's row, which
 // no other transaction locks but that one, and the check of its leases'
 // rows is a strong read after it commits, which takes no lock and waits
 // only for a commit Spanner is applying. A rival's grant of another permit

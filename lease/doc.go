@@ -83,9 +83,9 @@
 // creation, renewals, the write that expires it) is blind. A Commit holds
 // exclusive locks on the rows it writes while it waits for older readers of
 // them, and a read in a transaction waits for those; so a renewal's
-// transaction reads no row (it begins with SELECT 1): it writes only its own session's row, which
-// no other transaction locks but that one, and the check of its leases'
-// rows is a strong read after it commits, which takes no lock and waits
+// transaction reads no row (it begins with SELECT 1): it writes only its
+// own session's row, which no other transaction locks but that one, and
+// the check of its leases' rows is a strong read after it commits, which takes no lock and waits
 // only for a commit Spanner is applying. A rival's grant of another permit
 // of the same semaphore, held up by a third Client's stalled acquisition,
 // therefore never holds up the renewal. The writes that a long

@@ -52,11 +52,12 @@
 // the Clients of that database.
 //
 // One session per Client. Every lease a Client holds names its session, one
-// row that is renewed once per renewal interval for all of them: two RPCs
-// and one row written per interval, whatever the number of leases. The
-// renewal also reads whether each lease's row still names the session with
-// the lease's token, a compare-and-set on holder and token; a lease that
-// fails it is lost. One renewal checks at most 1,000 leases, taking them in
+// row that is renewed once per renewal interval for all of them: three RPCs
+// (two when the Client holds no lease, only waits) and one row written per
+// interval, whatever the number of leases. The
+// renewal then reads, with a strong read, whether each lease's row still
+// names the session with the lease's token, a check on holder and token; a
+// lease that fails it is lost. One renewal checks at most 1,000 leases, taking them in
 // turn, and every commit the Client makes stays far below Spanner's 80,000
 // mutations, however many leases or expired permits there are. If the
 // session's row is gone from Spanner, every lease of the Client is lost and
@@ -72,17 +73,26 @@
 // as idle (about 10 s), and a younger writer of that row waits. So no
 // read-write transaction reads a session row, but for an operator's:
 // ForceReleasePermit of a worker ID reads its holder's, whose mark it must
-// carry over, and that holder's renewal may wait for it. Acquisitions,
-// releases and Guard learn whether a session is live from strong reads
-// outside their transactions, which take no lock, and every write of a
-// session row (its creation, renewals, the write that expires it) is blind.
-// A renewal reads the rows of the leases it checks (shared locks never wait
-// for each other) and writes only its own session's row, which no other
-// transaction locks; the writes that a long transaction of another Client,
-// or Guard in the application's own, could make wait are made by
-// transactions of their own: clearing a lease let go and restamping a lock
-// row for cleanup. Which rows each transaction reads and writes is listed
-// in the source, transactions.go.
+// carry over, and that holder's renewal may wait for it: up to that
+// transaction's end, which for a ForceReleasePermit stalled in the network
+// is Spanner's idle abort, about 10 s, so a holder whose TTL is not well
+// above that may lose its other leases too (at their local deadline, as
+// any loss; it loses the worker ID anyway). Acquisitions, releases and
+// Guard learn whether a session is live from strong reads outside their
+// transactions, which take no lock, and every write of a session row (its
+// creation, renewals, the write that expires it) is blind. A Commit holds
+// exclusive locks on the rows it writes while it waits for older readers of
+// them, and a read in a transaction waits for those; so a renewal's
+// transaction reads no row (it begins with SELECT 1): it writes only its
+// own session's row, which no other transaction locks but that one, and
+// the check of its leases' rows is a strong read after it commits, which takes no lock and waits
+// only for a commit Spanner is applying. A rival's grant of another permit
+// of the same semaphore, held up by a third Client's stalled acquisition,
+// therefore never holds up the renewal. The writes that a long
+// transaction of another Client, or Guard in the application's own, could
+// make wait are made by transactions of their own: clearing a lease let
+// go and restamping a lock row for cleanup. Which rows each transaction
+// reads and writes is listed in the source, transactions.go.
 //
 // Loss before takeover. A lease's Context is cancelled when a renewal or
 // Guard confirms the lease is gone, and at its session's local deadline: the

@@ -179,6 +179,8 @@ func (f *faults) tagOf(req any) string {
 		GetRequestOptions() *spannerpb.RequestOptions
 	}); ok && r.GetRequestOptions().GetTransactionTag() != "" {
 		return r.GetRequestOptions().GetTransactionTag()
+	} else if ok && r.GetRequestOptions().GetRequestTag() != "" {
+		return r.GetRequestOptions().GetRequestTag() // a tagged read outside transactions
 	}
 	if f.model != nil {
 		return f.model.tagOf(req)

@@ -326,7 +326,11 @@ func (k *keeper) renew(s *session, leases []*Lease) error {
 	for i, l := range leases {
 		keys[i] = l.key()
 	}
-	out, err := k.st.renew(ctx, s, keys)
+	out, err := k.st.renew(ctx, s, keys, func() (context.Context, context.CancelFunc) {
+		// The renewal's span, not its deadline: the check gets a bound
+		// of its own.
+		return context.WithTimeout(context.WithoutCancel(ctx), k.cfg.renewTimeout())
+	})
 	var gone errSessionGone
 	sessionGone := errors.As(err, &gone)
 	if sessionGone {

@@ -17,21 +17,34 @@ import (
 
 // lockModel adds to the emulator what it does not do: Spanner's locking.
 // The emulator runs one read-write transaction at a time and never makes a
-// transaction wait for another's lock; Spanner holds a shared lock on every
-// row a read-write transaction reads until that transaction ends (commit,
-// rollback, or its deadline when its end is lost), and a younger
-// transaction that writes such a row waits for it, while an older one
-// wounds (aborts) the reader. The model sees every RPC of the spanner
-// Clients that share it (through faults), records each transaction's read
-// set and write set (table and key), and holds a Commit back while an
-// older transaction holds a shared lock on a row it writes, up to the
-// Commit's deadline. It records every such wait.
+// transaction wait for another's lock. Spanner holds a shared lock on every
+// row a read-write transaction reads until that transaction ends: commit,
+// rollback, or, when its end is lost (its client paused, cut off, or gave
+// up without a rollback reaching Spanner), Spanner aborting it as idle
+// about 10 s after its last request (spannerIdleAbort), however close the
+// client's deadline was. A younger transaction that writes such a row
+// waits for it, while an older one wounds (aborts) the reader. A Commit
+// takes exclusive locks on the rows it writes; a read of such a row waits
+// until the Commit ends, and an older reader wounds a Commit still waiting
+// for its locks. The model sees every RPC of the spanner Clients that share
+// it (through faults), records each transaction's read set and write set
+// (table and key), holds a Commit back while an older transaction holds a
+// shared lock on a row it writes, and holds a statement back while a
+// Commit holds an exclusive lock on a row it reads, each up to the
+// waiter's deadline. It records every such wait.
+//
+// Exclusive locks are held, conservatively, from the moment a Commit
+// reaches Spanner (while it waits for other transactions' shared locks
+// too) until it is answered; a Commit that never reached Spanner takes
+// none. Strong and stale reads outside transactions take no lock and are
+// not held back: on Spanner they wait only for a commit that is being
+// applied, which Spanner finishes without its client.
 //
 // Read sets are taken from requests: a Read names its keys; a query's are
 // the tables it mentions, each at the keys its string parameters name (a
 // lock or pool name), or the whole table when it has none; the sessions
-// table is always locked whole, since which session rows a join reads
-// depends on the data. That over-approximates Spanner, which locks only the
+// table is locked whole, since which session rows a join reads depends on
+// the data, but for a read driven by the session IDs it names. That over-approximates Spanner, which locks only the
 // rows a query reads: any wait the model reports could happen on Spanner
 // for some data, and no wait Spanner could impose is missed.
 type lockModel struct {
@@ -41,10 +54,19 @@ type lockModel struct {
 	waits []modelWait
 	// commits counts the transactions that committed, by tag.
 	commits map[string]int
+	// idleAbort is how long after its last request a transaction whose
+	// end was lost keeps its locks: spannerIdleAbort unless a test asks
+	// for a shorter stand-in.
+	idleAbort time.Duration
 }
 
+// spannerIdleAbort is how long Spanner lets a read-write transaction lie
+// idle before it aborts it and frees its locks.
+const spannerIdleAbort = 10 * time.Second
+
 func newLockModel() *lockModel {
-	return &lockModel{txns: map[string]*modelTxn{}, last: map[string]*modelTxn{}, commits: map[string]int{}}
+	return &lockModel{txns: map[string]*modelTxn{}, last: map[string]*modelTxn{}, commits: map[string]int{},
+		idleAbort: spannerIdleAbort}
 }
 
 // renewalsCommitted returns how many renewal transactions committed.
@@ -69,13 +91,21 @@ type modelTxn struct {
 	aborted  bool
 	done     chan struct{}
 	// stuck is set when a fault cut the transaction off from Spanner: its
-	// later RPCs are not sent and its locks last until its deadline.
+	// later RPCs are not sent and its locks last until Spanner aborts it
+	// as idle.
 	stuck bool
+	// lastActive is when Spanner last heard from the transaction: idle
+	// aborts count from it.
+	lastActive time.Time
+	// committing is set while its Commit is in Spanner's hands: it holds
+	// exclusive locks on its writes. applying is set once the Commit has
+	// every lock it waited for; an older reader can no longer wound it.
+	committing, applying bool
 	// cc reaches the emulator, to roll the transaction back there when the
 	// model ends it at its deadline.
 	cc grpc.ClientConnInterface
-	// heldUntil is when the model ended it at its deadline, with its locks
-	// held to the end: nobody committed or rolled it back.
+	// heldUntil is when the model ended it as idle, with its locks held
+	// to the end: nobody committed or rolled it back.
 	heldUntil time.Time
 }
 
@@ -100,17 +130,24 @@ func (r modelRow) covers(w modelRow) bool {
 		strings.HasSuffix(w.key, "/") && strings.HasPrefix(r.key, w.key)
 }
 
-// modelWait is one wait a write made for a reader's lock.
+// modelWait is one wait a write made for a reader's shared lock, or a read
+// for a Commit's exclusive lock.
 type modelWait struct {
 	waiter, holder string // transaction tags
 	row            modelRow
 	waited         time.Duration
-	// timedOut says the writer's deadline came first.
+	// exclusive says a read waited for a Commit's exclusive lock.
+	exclusive bool
+	// timedOut says the waiter's deadline came first.
 	timedOut bool
 }
 
 func (w modelWait) String() string {
-	out := fmt.Sprintf("%s waited %s for %s's shared lock on %s", w.waiter, w.waited.Round(time.Millisecond), w.holder, w.row)
+	mode := "shared"
+	if w.exclusive {
+		mode = "exclusive"
+	}
+	out := fmt.Sprintf("%s waited %s for %s's %s lock on %s", w.waiter, w.waited.Round(time.Millisecond), w.holder, mode, w.row)
 	if w.timedOut {
 		out += " until its deadline"
 	}
@@ -204,7 +241,6 @@ func (m *lockModel) record(ctx context.Context, req any, tag string) pending {
 	case *spannerpb.ExecuteSqlRequest, *spannerpb.ReadRequest, *spannerpb.ExecuteBatchDmlRequest:
 		sel, session := selectorOf(req)
 		m.mu.Lock()
-		defer m.mu.Unlock()
 		var t *modelTxn
 		begins := false
 		switch {
@@ -215,18 +251,25 @@ func (m *lockModel) record(ctx context.Context, req any, tag string) pending {
 			t = m.txns[string(sel.GetId())]
 		}
 		if t == nil {
+			m.mu.Unlock()
 			return pending{} // a read-only or single-use read takes no lock
 		}
 		if err := t.refusal(); err != nil {
+			m.mu.Unlock()
 			return pending{txn: t, refuse: err}
 		}
 		t.extend(deadline)
+		t.lastActive = time.Now()
 		if tag != "" {
 			t.tag = tag // a transaction begun explicitly learns its tag here
 		}
 		reads, writes := rowsOf(req)
 		t.reads = append(t.reads, reads...)
 		t.writes = append(t.writes, writes...)
+		m.mu.Unlock()
+		if err := m.waitToRead(ctx, t, reads); err != nil {
+			return pending{txn: t, begins: begins, refuse: err}
+		}
 		return pending{txn: t, begins: begins}
 	case *spannerpb.BeginTransactionRequest:
 		if r.GetOptions().GetReadWrite() == nil {
@@ -266,21 +309,30 @@ func (m *lockModel) record(ctx context.Context, req any, tag string) pending {
 			return pending{txn: t, refuse: err}
 		}
 		t.extend(deadline)
+		t.lastActive = time.Now()
 		if tag != "" {
 			t.tag = tag
 		}
 		t.writes = append(t.writes, mutationRows(r.GetMutations())...)
+		t.committing = true
 		m.mu.Unlock()
 		if err := m.waitToCommit(ctx, t); err != nil {
+			m.mu.Lock()
+			t.committing = false
+			m.mu.Unlock()
 			return pending{txn: t, refuse: err}
 		}
+		m.mu.Lock()
+		t.applying = true
+		m.mu.Unlock()
 		return pending{txn: t}
 	}
 	return pending{}
 }
 
 func (m *lockModel) newTxn(session, tag string, deadline time.Time) *modelTxn {
-	t := &modelTxn{session: session, tag: tag, began: time.Now(), deadline: deadline, done: make(chan struct{})}
+	now := time.Now()
+	t := &modelTxn{session: session, tag: tag, began: now, lastActive: now, deadline: deadline, done: make(chan struct{})}
 	if prev := m.last[session]; prev != nil && prev.aborted && prev.tag == tag {
 		t.began = prev.began // Spanner keeps a retried transaction's priority
 	}
@@ -357,10 +409,11 @@ func (m *lockModel) answered(p pending, method string, err error, id []byte) {
 }
 
 // stick cuts t off from Spanner after the current RPC: its later RPCs are
-// not sent, and its locks last until its deadline, as a transaction's do on
-// Spanner when its end is lost. The emulator, which runs one transaction at
-// a time and would refuse every other meanwhile, has it rolled back through
-// cc at once: only the model keeps its locks.
+// not sent, and its locks last until Spanner aborts it as idle, as a
+// transaction's do on Spanner when its end is lost. A Commit cut off never
+// reached Spanner: it takes no exclusive lock. The emulator, which runs
+// one transaction at a time and would refuse every other meanwhile, has it
+// rolled back through cc at once: only the model keeps its locks.
 func (m *lockModel) stick(p pending, cc grpc.ClientConnInterface) {
 	if m == nil || p.txn == nil {
 		return
@@ -368,24 +421,47 @@ func (m *lockModel) stick(p pending, cc grpc.ClientConnInterface) {
 	m.mu.Lock()
 	t := p.txn
 	t.stuck = true
-	d := time.Until(t.deadline)
+	t.committing, t.applying = false, false
 	id, session := t.id, t.session
 	m.mu.Unlock()
 	abandon(cc, txnRef{session, []byte(id)})
+	m.expireWhenIdle(t)
+}
+
+// expireWhenIdle ends t, its locks held to the end, once it has been idle
+// for m.idleAbort, unless something ended it first.
+func (m *lockModel) expireWhenIdle(t *modelTxn) {
+	m.mu.Lock()
+	d := time.Until(t.lastActive.Add(m.idleAbort))
+	m.mu.Unlock()
 	time.AfterFunc(max(d, 0), func() {
 		m.mu.Lock()
-		defer m.mu.Unlock()
-		t.expireLocked()
+		switch {
+		case t.ended:
+		case t.committing:
+			// A Commit in Spanner's hands is not idle: look again once
+			// it has had time to end.
+			m.mu.Unlock()
+			time.AfterFunc(m.idleAbort/10, func() { m.expireWhenIdle(t) })
+			return
+		case time.Since(t.lastActive) < m.idleAbort: // a later request moved it
+			m.mu.Unlock()
+			m.expireWhenIdle(t)
+			return
+		default:
+			t.expireLocked()
+		}
+		m.mu.Unlock()
 	})
 }
 
-// expireAtDeadline ends t at its deadline if nothing else has by then, on
-// the emulator too: a transaction whose Commit or Rollback never reached
-// it, or whose ID its client never learnt (the reply of the statement that
-// began it was lost), would otherwise stay open there, making the
-// emulator refuse or hold up every other for as long as it keeps it,
-// where the model (and this package's guarantees) take Spanner to end it
-// at its deadline. m.mu is held.
+// expireAtDeadline rolls t back on the emulator at its deadline if nothing
+// has ended it by then: a transaction whose Commit or Rollback never
+// reached it, or whose ID its client never learnt (the reply of the
+// statement that began it was lost), would otherwise stay open there,
+// making the emulator refuse or hold up every other for as long as it
+// keeps it. In the model it keeps its locks until Spanner would abort it
+// as idle, unless a later Rollback ends it. m.mu is held.
 func (m *lockModel) expireAtDeadline(t *modelTxn) {
 	if t.deadline.IsZero() {
 		return
@@ -401,17 +477,17 @@ func (m *lockModel) expireAtDeadline(t *modelTxn) {
 			m.mu.Unlock()
 			return
 		}
-		t.expireLocked()
 		id, session, cc := t.id, t.session, t.cc
 		m.mu.Unlock()
 		if !strings.HasPrefix(id, "single-use-") {
 			abandon(cc, txnRef{session, []byte(id)})
 		}
+		m.expireWhenIdle(t)
 	})
 }
 
-// expireLocked ends t at its deadline, its locks held to the end; m.mu is
-// held.
+// expireLocked ends t as Spanner's idle abort does, its locks held to the
+// end; m.mu is held.
 func (t *modelTxn) expireLocked() {
 	if t.ended {
 		return
@@ -421,15 +497,25 @@ func (t *modelTxn) expireLocked() {
 }
 
 // lockedUntil returns the latest moment a transaction that nobody ended
-// held a shared lock on row until its deadline (zero if none did): until
-// then no writer of the row could commit.
+// held, or holds, a shared lock on row until Spanner aborted it, or aborts
+// it, as idle (zero if none did): until then no writer of the row could
+// commit.
 func (m *lockModel) lockedUntil(row modelRow) time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var until time.Time
 	for _, t := range m.txns {
-		if _, ok := t.locks([]modelRow{row}); ok && t.heldUntil.After(until) {
-			until = t.heldUntil
+		if _, ok := t.locks([]modelRow{row}); !ok {
+			continue
+		}
+		held := t.heldUntil
+		if !t.ended && (t.stuck || !t.deadline.IsZero() && time.Now().After(t.deadline)) {
+			// Its end is lost and Spanner has not aborted it yet: it holds
+			// the lock until the idle abort.
+			held = t.lastActive.Add(m.idleAbort)
+		}
+		if held.After(until) {
+			until = held
 		}
 	}
 	return until
@@ -460,20 +546,21 @@ func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
 		}
 		var holder *modelTxn
 		var on modelRow
-		var holderDeadline time.Time // read under m.mu: extend moves it
+		var holderIdle time.Time // read under m.mu: requests move it
 		for _, o := range m.txns {
 			if o == t || o.ended {
 				continue
 			}
-			if !o.deadline.IsZero() && time.Now().After(o.deadline) {
-				// Its client gave up on it: whatever its end, Spanner has
-				// ended it (or aborts it as idle), as the model assumes.
-				o.expireLocked()
+			if m.idleLocked(o) {
+				o.expireLocked() // Spanner has aborted it as idle
 				continue
 			}
 			if r, ok := o.locks(t.writes); ok {
 				if o.began.Before(t.began) {
-					holder, on, holderDeadline = o, r, o.deadline
+					holder, on = o, r
+					if !o.committing {
+						holderIdle = o.lastActive.Add(m.idleAbort)
+					}
 					break
 				}
 				o.endLocked(true) // wounded: the older writer goes first
@@ -488,15 +575,16 @@ func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
 			return nil
 		}
 		began := time.Now()
-		var holderGone <-chan time.Time
-		if !holderDeadline.IsZero() {
-			timer := time.NewTimer(time.Until(holderDeadline))
+		var idle <-chan time.Time // nil for a holder that is committing
+		if !holderIdle.IsZero() {
+			timer := time.NewTimer(time.Until(holderIdle))
 			defer timer.Stop()
-			holderGone = timer.C
+			idle = timer.C
 		}
 		select {
 		case <-holder.done:
-		case <-holderGone:
+		case <-idle: // look again: idle, or active since
+		case <-t.done: // wounded meanwhile
 		case <-ctx.Done():
 			w.timedOut = true
 		}
@@ -508,6 +596,76 @@ func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
 			return status.Error(codes.DeadlineExceeded, "model: waited for a lock until the deadline")
 		}
 	}
+}
+
+// idleLocked reports whether Spanner has aborted o as idle by now; m.mu is
+// held.
+func (m *lockModel) idleLocked(o *modelTxn) bool {
+	return !o.committing && time.Since(o.lastActive) > m.idleAbort
+}
+
+// waitToRead holds a statement of t that reads reads while another
+// transaction's Commit holds an exclusive lock on one of them, up to ctx's
+// deadline. t wounds a Commit still waiting for its locks if t is older,
+// as Spanner's wound-wait does; a Commit whose locks are all granted is
+// being applied, and t waits for it whatever their ages.
+func (m *lockModel) waitToRead(ctx context.Context, t *modelTxn, reads []modelRow) error {
+	for {
+		m.mu.Lock()
+		if err := t.refusal(); err != nil {
+			m.mu.Unlock()
+			return err
+		}
+		var holder *modelTxn
+		var on modelRow
+		for _, o := range m.txns {
+			if o == t || o.ended || !o.committing {
+				continue
+			}
+			r, ok := exclusiveOn(o.writes, reads)
+			if !ok {
+				continue
+			}
+			if !o.applying && t.began.Before(o.began) {
+				o.endLocked(true) // wounded: the older reader goes first
+				continue
+			}
+			holder, on = o, r
+			break
+		}
+		m.mu.Unlock()
+		if holder == nil {
+			return nil
+		}
+		w := modelWait{waiter: t.tag, holder: holder.tag, row: on, exclusive: true}
+		began := time.Now()
+		select {
+		case <-holder.done:
+		case <-t.done:
+		case <-ctx.Done():
+			w.timedOut = true
+		}
+		w.waited = time.Since(began)
+		m.mu.Lock()
+		m.waits = append(m.waits, w)
+		m.mu.Unlock()
+		if w.timedOut {
+			return status.Error(codes.DeadlineExceeded, "model: waited for an exclusive lock until the deadline")
+		}
+	}
+}
+
+// exclusiveOn returns a row of reads that a Commit writing writes holds an
+// exclusive lock on.
+func exclusiveOn(writes, reads []modelRow) (modelRow, bool) {
+	for _, w := range writes {
+		for _, r := range reads {
+			if r.covers(w) {
+				return r, true
+			}
+		}
+	}
+	return modelRow{}, false
 }
 
 // locks returns a row of writes that t holds a shared lock on.
@@ -524,7 +682,7 @@ func (t *modelTxn) locks(writes []modelRow) (modelRow, bool) {
 
 // tablePattern finds the lock tables a statement mentions (the tests' table
 // is named locks), quoted or not.
-var tablePattern = regexp.MustCompile(`(?i)["` + "`" + `]?\b(locks(?:_permits|_sessions)?)\b["` + "`" + `]?`)
+var tablePattern = regexp.MustCompile(`(?i)["` + "`" + `]?\b(locks(?:_permits|_sessions|_waiters)?)\b["` + "`" + `]?`)
 
 // rowsOf returns what a statement or read locks (reads) and, for DML, the
 // rows it writes.
@@ -553,10 +711,19 @@ func rowsOf(req any) (reads, writes []modelRow) {
 // form names a session, not a row of the lock or permits table.
 var sessionIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
+// sessionsByKey finds a read of session rows driven by the session IDs a
+// statement names (UNNEST(@ids) joined on the key), which reads only
+// those rows.
+var sessionsByKey = regexp.MustCompile(`(?i)\bsess\.session_id\s*=\s*k\b`)
+
 func sqlRows(sql string, params *structpb.Struct) (reads, writes []modelRow) {
-	var keys []string
+	var keys, sessionKeys []string
 	key := func(v *structpb.Value) {
-		if s := v.GetStringValue(); s != "" && !sessionIDPattern.MatchString(s) {
+		switch s := v.GetStringValue(); {
+		case s == "":
+		case sessionIDPattern.MatchString(s):
+			sessionKeys = append(sessionKeys, s)
+		default:
 			keys = append(keys, s)
 		}
 	}
@@ -573,6 +740,12 @@ func sqlRows(sql string, params *structpb.Struct) (reads, writes []modelRow) {
 			continue
 		}
 		seen[table] = true
+		if table == "locks_sessions" && len(sessionKeys) > 0 && sessionsByKey.MatchString(sql) {
+			for _, k := range sessionKeys {
+				reads = append(reads, modelRow{table: table, key: k})
+			}
+			continue
+		}
 		if table == "locks_sessions" || len(keys) == 0 {
 			reads = append(reads, modelRow{table: table})
 			continue

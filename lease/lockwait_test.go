@@ -134,3 +134,59 @@ func TestALongGuardedTransactionDoesNotHoldUpRenewals(t *testing.T) {
 		fatalIf(t, err, "the guarded transaction (renewals that committed while it ran: %d)", m.renewalsCommitted()-before)
 	})
 }
+
+// A Commit holds exclusive locks on the rows it writes while it waits for
+// older readers, and a read of those rows waits for it. A rival's stalled
+// acquisition of a permit (its locks held until Spanner aborts it as idle,
+// about 10 s) holds up a second rival's grant, which writes the
+// semaphore's rows; the holder of another permit, whose renewal checks its
+// row, must not wait behind that grant: its renewals would time out until
+// the idle abort, and its leases be lost with Spanner reachable.
+func TestAStalledGrantOfAnotherPermitDoesNotHoldUpTheHoldersRenewals(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		m := newLockModel()
+		holder := newClientWith(t, spannerClient(t, db, (&faults{model: m}).options()...), lease.WithTTL(lockWaitTTL))
+		fatalIf(t, holder.SetPermits(ctx, "sem", 3), "SetPermits")
+		anchor := mustAcquire(t, ctx, holder, "anchor")
+		permit, err := holder.AcquirePermit(ctx, "sem")
+		fatalIf(t, err, "the holder's AcquirePermit")
+
+		f := &faults{model: m}
+		stalled := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(lockWaitTTL))
+		if _, err := stalled.TryAcquire(ctx, "y"); err != nil { // its session exists
+			t.Fatalf("stalled rival TryAcquire(y): %v", err)
+		}
+		second := newClientWith(t, spannerClient(t, db, (&faults{model: m}).options()...), lease.WithTTL(lockWaitTTL))
+		if _, err := second.TryAcquire(ctx, "z"); err != nil {
+			t.Fatalf("second rival TryAcquire(z): %v", err)
+		}
+
+		before := m.renewalsCommitted()
+		// The stalled rival reads the semaphore's rows, then stalls.
+		f.arm(func(r rpc) bool { return r.tag == "spannerlock-acquire" }, map[int]fault{0: holdsLocks})
+		stalledAt := time.Now()
+		if _, err := stalled.TryAcquirePermit(ctx, "sem"); err == nil {
+			t.Fatal("a stalled TryAcquirePermit succeeded")
+		}
+		f.disarm()
+		// The second rival's grant waits for the stalled rival's locks,
+		// attempt after attempt, until the idle abort frees them.
+		gctx, cancel := context.WithTimeout(ctx, spannerIdleAbort+5*time.Second)
+		defer cancel()
+		l, err := second.AcquirePermit(gctx, "sem")
+		fatalIf(t, err, "the second rival's AcquirePermit")
+		// The check below is meaningful only if renewals came due while
+		// the grant waited: it waited for the idle abort (timers never
+		// fire early).
+		if waited := time.Since(stalledAt); waited < spannerIdleAbort {
+			t.Fatalf("the second rival's grant was through after %s, before the stalled rival's idle abort", waited)
+		}
+		checkRenewedThrough(t, m, anchor, permit)
+		if m.renewalsCommitted() == before {
+			t.Fatal("no renewal committed while the grant waited")
+		}
+		fatalIf(t, l.Release(ctx), "the second rival's Release")
+	})
+}

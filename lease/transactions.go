@@ -16,12 +16,15 @@ import (
 // reader's of a lock), W a waiter row of a name's line, S a session row. On
 // Spanner a transaction holds a shared lock on every row it reads until it
 // ends (commit, rollback, or Spanner aborting it as idle when its end is
-// lost), and a younger writer of such a row waits for it.
+// lost), and a younger writer of such a row waits for it. A Commit holds
+// exclusive locks on the rows it writes, from when it reaches Spanner
+// (while it waits for older readers' shared locks, too) until it is
+// applied, and a read in a transaction of such a row waits for it.
 //
 //	transaction         tag                      reads               writes
 //	acquire a lock      spannerlock-acquire      L, P, W of names    L or P; W (join, or leave taking its turn; dead waiters); S (see below)
 //	grant a slot        spannerlock-acquire      parent, P, W        parent, P; W (as for a lock); S (see below)
-//	renew               spannerlock-renew        L, P it checks      S
+//	renew               spannerlock-renew        -                   S (blind; then L, P it checks, by a strong read)
 //	let go              spannerlock-release      L, P, W of names    L, P of the leases let go (cleared); W (dead waiters); S (Close)
 //	leave a line        spannerlock-leave        L, P, W of names    W (the place left, dead waiters)
 //	restamp             spannerlock-restamp      L it stamps         L
@@ -41,10 +44,13 @@ import (
 // row.go), by strong reads that take no lock. So a renewal, the one
 // transaction that keeps a Client's leases, never waits for a lock that
 // another transaction holds, whatever that transaction's fate: it reads
-// rows (shared locks never wait for shared locks) and writes only its own
-// session's row, which nobody else locks. Lock rows, which rivals and
-// Guard read, are written only by transactions other than the renewal
-// (let go, restamp), which may wait without harm.
+// nothing in its transaction (its check of the leases' rows is a strong
+// read after it, see renew), so no Commit's exclusive lock holds it up, and
+// it writes only its own session's row, which no transaction but a force
+// release of a worker ID the session holds locks (see doc.go for that
+// bound). Lock rows, which rivals and Guard read, are written only by
+// transactions other than the renewal (let go, restamp), which may wait
+// without harm.
 
 // ownedRow is a row that a compare-and-set read found still naming the
 // session with the token asked about.
@@ -54,9 +60,9 @@ type ownedRow struct {
 	stale bool
 }
 
-// readOwned reads, in tx, which of keys still name session with their
-// tokens.
-func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction, session string, keys []leaseKey) (map[leaseKey]ownedRow, error) {
+// readOwned reads, in q (a transaction, or a strong read outside any),
+// which of keys still name session with their tokens.
+func (st *store) readOwned(ctx context.Context, q querier, session string, keys []leaseKey) (map[leaseKey]ownedRow, error) {
 	// The query returns every row naming the session among these names;
 	// the tokens are compared here, against the keys asked about.
 	asked := map[leaseKey]bool{}
@@ -76,7 +82,7 @@ func (st *store) readOwned(ctx context.Context, tx *spanner.ReadWriteTransaction
 	if len(keys) == 0 {
 		return owned, nil
 	}
-	err := tx.Query(ctx, st.sql.owned.bind(map[string]any{"session": session, "locks": locks, "pools": pools})).Do(func(r *spanner.Row) error {
+	err := q.Query(ctx, st.sql.owned.bind(map[string]any{"session": session, "locks": locks, "pools": pools})).Do(func(r *spanner.Row) error {
 		var (
 			part  string
 			name  string
@@ -108,21 +114,66 @@ type renewal struct {
 	sent, commitTs time.Time
 }
 
-// renew extends s: it checks keys (reads L, P) and renews S with a blind
-// write. It fails with errSessionGone if S is no longer in Spanner.
-func (st *store) renew(ctx context.Context, s *session, keys []leaseKey) (renewal, error) {
+// renewTag tags a renewal's Commit and its read.
+const renewTag = "spannerlock-renew"
+
+// renew extends s: it renews S with a blind write in a transaction of its
+// own, which reads no row, then checks keys (L, P) with a strong read,
+// which takes no lock: three RPCs, one more than a check made in the
+// transaction. It fails with errSessionGone if S is
+// no longer in Spanner.
+//
+// The check is not made in the transaction, as a compare-and-set, though
+// it could: a read in a read-write transaction waits for any Commit that
+// writes the rows it reads, and such a Commit (a rival's grant of another
+// permit of the same semaphore, a release) itself waits for older
+// transactions that read those rows, up to a stalled one's idle abort on
+// Spanner, about 10 s. The renewal would wait behind it, time out again
+// and again, and lose every lease of the session with Spanner reachable
+// (TestAStalledGrantOfAnotherPermitDoesNotHoldUpTheHoldersRenewals). A
+// strong read waits only for a Commit that Spanner is applying, which it
+// finishes without its client. Read after the Commit, the check is as good
+// as one made in it: a row read naming the session with its token has
+// named it since the grant, which came before the renewal (tokens never
+// repeat, and a row that leaves a session never comes back to it with the
+// same token), so it did at the commit too.
+//
+// The strong read has a bound of its own, as long as the transaction's
+// (readCtx gives it), so that a check that would come in time is not cut
+// short by a slow Commit: a renewal whose check fails extends nothing.
+func (st *store) renew(ctx context.Context, s *session, keys []leaseKey, readCtx func() (context.Context, context.CancelFunc)) (renewal, error) {
 	var out renewal
-	ts, err := st.transact(ctx, keeperLane, "spannerlock-renew", func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
-		out = renewal{sent: time.Now()}
-		var err error
-		out.owned, err = st.readOwned(ctx, tx, s.id, keys)
+	// The transaction begins with a statement that reads no row (SELECT 1),
+	// not with the Commit alone (a single-use Commit, or a BeginTransaction
+	// first): the emulator holds a Commit that begins a transaction up while
+	// another transaction runs, where it aborts a statement at once, which
+	// transact retries. It costs the same RPCs as a BeginTransaction.
+	ts, err := st.transact(ctx, keeperLane, renewTag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		out.sent = time.Now()
+		err := tx.Query(ctx, spanner.Statement{SQL: "SELECT 1"}).Do(func(*spanner.Row) error { return nil })
 		return []*spanner.Mutation{s.renewal(st.sql, out.sent)}, err
 	})
-	if isRowNotFound(err) {
+	switch {
+	case isRowNotFound(err):
 		return out, errSessionGone{s}
+	case err != nil:
+		return out, err
 	}
 	out.commitTs = ts
+	rctx, cancel := readCtx()
+	defer cancel()
+	out.owned, err = st.readOwned(rctx, taggedRead{st.db.Single(), renewTag}, s.id, keys)
 	return out, err
+}
+
+// taggedRead is a single-use strong read whose query carries a request tag.
+type taggedRead struct {
+	ro  *spanner.ReadOnlyTransaction
+	tag string
+}
+
+func (r taggedRead) Query(ctx context.Context, stmt spanner.Statement) *spanner.RowIterator {
+	return r.ro.QueryWithOptions(ctx, stmt, spanner.QueryOptions{RequestTag: r.tag})
 }
 
 // restamp stamps the lock rows among keys that still name s (reads and

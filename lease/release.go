@@ -292,19 +292,15 @@ func (c *Client) gaveUpLettingGo(ctx context.Context, name, op string, err error
 
 // leaveLine takes a caller's place out of t's lines, by its key, so a
 // waiter that gives up never holds up the line. It is bounded by the call
-// timeout and ctx; once ctx has ended, by the call timeout alone, in the
-// background, so that a caller whose context ended returns at once. If it
-// fails, the keeper takes out the entries of s that no caller waits in,
-// and the place goes with the session at the latest.
+// timeout and ctx. If it fails, or ctx has already ended (a caller whose
+// context ended returns at once, without waiting on Spanner), the keeper
+// takes out the entries of s that no caller waits in, and the place goes
+// with the session at the latest.
 func (c *Client) leaveLine(ctx context.Context, t target, s *session, place queueKey) {
 	if ctx.Err() != nil {
-		go c.leaveLineWithin(context.WithoutCancel(ctx), t, s, place)
+		c.keeper.leaveLater(s, t.names())
 		return
 	}
-	c.leaveLineWithin(ctx, t, s, place)
-}
-
-func (c *Client) leaveLineWithin(ctx context.Context, t target, s *session, place queueKey) {
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
 	leaves := make([]leave, 0, len(t.names()))

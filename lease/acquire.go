@@ -480,7 +480,11 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 // every commit that finished before it began; one still in flight is
 // settled by outcomeUnknown.
 func (c *Client) heldAfter(ctx context.Context, t target, s *session, gs []grant) (time.Time, bool) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
+	if ctx.Err() != nil {
+		// The caller gave up: it is not kept waiting for the read.
+		return time.Time{}, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
 	var at time.Time
 	for _, g := range gs {

@@ -81,6 +81,13 @@ func (s *LeaseSet) Release(ctx context.Context) error {
 
 func (s *LeaseSet) release(ctx context.Context) error {
 	c := s.leases[0].c
+	if ctx.Err() == nil {
+		// As for a Lease: ending the leases may cancel ctx (one derived
+		// from s.Context()); the release goes through all the same.
+		var cancel context.CancelFunc
+		ctx, cancel = unlessReleased(ctx)
+		defer cancel()
+	}
 	ctx, span := c.tel.start(ctx, "Release", attrKind.String(kindLock), attribute.Int("spannerlock.names", len(s.leases)))
 	var (
 		gos  []letGo

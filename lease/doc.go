@@ -131,8 +131,9 @@
 //
 // Unknown outcomes. When a commit fails in a way that leaves its outcome
 // unknown (DEADLINE_EXCEEDED or UNAVAILABLE on Commit), Acquire and Release
-// read the row to learn what happened instead of guessing. If that read
-// fails too, a lease that may have been acquired, or may not have been
+// read the row to learn what happened instead of guessing, within the
+// caller's context. If that read fails too, or the caller's context has
+// ended, a lease that may have been acquired, or may not have been
 // released, is left to the Client, which clears the row, in a transaction
 // of its own, whenever it names the lease, until the unknown transaction's
 // deadline has passed. A renewal with an unknown outcome extends nothing
@@ -158,10 +159,19 @@
 // reads that settle unknown outcomes at TTL minus the safety margin (at
 // most 10s), a waiter's reads at twice the poll interval (at least 1s, at
 // most that), renewals at half the renewal interval, Close at the TTL (at
-// most 5s). Calls also end with the caller's context. A transaction that
-// will not commit is rolled back under the same deadline (the Spanner
-// client's own rollback would use a background context and 30 seconds), or
-// within a second of its own when the caller's context has already ended.
+// most 5s). Calls also end with the caller's context: a call returns as
+// soon as its context ends, with an error that matches the context's (a
+// Release whose context ends before Spanner answered says the lease may
+// still be held in Spanner), even when Spanner never answers; what it could
+// not finish is left to the Client's background work or to the TTL, as
+// above. A Release from a context derived from the lease's own Context
+// (Campaign's leader work) is not ended by the release ending that
+// Context, only by the caller's cancellation or deadline. A transaction
+// that will not commit is rolled back under the same deadline (the Spanner
+// client's own rollback would use a background context and 30 seconds), or,
+// when the caller's context has already ended, in the background within a
+// second of its own; a waiter whose context ends leaves its line in the
+// background too.
 //
 // # Details
 //

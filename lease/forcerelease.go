@@ -66,18 +66,24 @@ func (c *Client) forceRelease(ctx context.Context, op, name string, slot int64, 
 		end(span, resultError, err)
 		return Holder{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
 	var (
 		r   row
 		err error
 	)
 	if slot == lockSlot {
-		r, err = c.st.forceRelease(ctx, name, cfg.token)
+		r, err = c.st.forceRelease(fctx, name, cfg.token)
 	} else {
-		r, err = c.st.forceReleasePermit(ctx, name, slot, cfg.token)
+		r, err = c.st.forceReleasePermit(fctx, name, slot, cfg.token)
 	}
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The Spanner client may say DEADLINE_EXCEEDED without the
+		// context's error, or blame its session pool.
+		err = fmt.Errorf("lease: %s %q: %w before Spanner answered, so the holder may or may not have been ended (%v)", op, name, ctx.Err(), c.st.explain(err))
+		end(span, resultError, err)
+		return Holder{}, err
 	case err != nil:
 		err = fmt.Errorf("lease: %s %q: %w", op, name, c.st.explain(err))
 		end(span, resultError, err)

@@ -176,7 +176,7 @@ func (l *Lease) letGo(ctx context.Context, complete bool, op string) (string, er
 		// Campaign's leader work is): the release, bounded by the call
 		// timeout and ctx's deadline, goes through all the same.
 		var cancel context.CancelFunc
-		ctx, cancel = withoutCancelKeepingDeadline(ctx)
+		ctx, cancel = unlessReleased(ctx)
 		defer cancel()
 	}
 	l.releasing.Lock()
@@ -240,8 +240,18 @@ func (c *Client) letGoAll(ctx context.Context, s *session, gos []letGo, op strin
 		}
 		return outcomeReleased, nil
 	}
-	// The commit may have happened: ask Spanner rather than guess.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
+	if ctx.Err() != nil {
+		// The caller gave up: it is not kept waiting for a read that could
+		// settle the outcome. The Client clears the rows that still name
+		// the leases, in the background.
+		for _, g := range gos {
+			c.keeper.letGoLater(s, g)
+		}
+		return outcomeDeferred, c.gaveUpLettingGo(ctx, gos[0].name, op, err)
+	}
+	// The commit may have happened: ask Spanner rather than guess, within
+	// the caller's deadline too.
+	rctx, rcancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer rcancel()
 	outcome, result := outcomeReleased, error(nil)
 	for _, g := range gos {
@@ -260,7 +270,11 @@ func (c *Client) letGoAll(ctx context.Context, s *session, gos []letGo, op strin
 			continue
 		}
 		c.keeper.letGoLater(s, g)
-		if outcome != outcomeDeferred {
+		switch {
+		case outcome == outcomeDeferred:
+		case ctx.Err() != nil:
+			outcome, result = outcomeDeferred, c.gaveUpLettingGo(ctx, g.name, op, err)
+		default:
 			outcome, result = outcomeDeferred, fmt.Errorf("lease: %s %q: %w; the Client clears it in the background",
 				op, g.name, c.st.explain(err))
 		}
@@ -268,13 +282,26 @@ func (c *Client) letGoAll(ctx context.Context, s *session, gos []letGo, op strin
 	return outcome, result
 }
 
+// gaveUpLettingGo is the error of a let-go of name whose caller's context
+// ended before Spanner said whether it was done (err is what the
+// transaction said): it wraps the context's error.
+func (c *Client) gaveUpLettingGo(ctx context.Context, name, op string, err error) error {
+	return fmt.Errorf("lease: %s %q: %w before Spanner answered, so it may still be held there until the Client clears it in the background (%v)",
+		op, name, ctx.Err(), c.st.explain(err))
+}
+
 // leaveLine takes a caller's place out of t's lines, by its key, so a
 // waiter that gives up never holds up the line. It is bounded by the call
-// timeout even when ctx has ended; if it fails, the keeper takes out the
-// entries of s that no caller waits in, and the place goes with the
-// session at the latest.
+// timeout and ctx. If it fails, or ctx has already ended (a caller whose
+// context ended returns at once, without waiting on Spanner), the keeper
+// takes out the entries of s that no caller waits in, and the place goes
+// with the session at the latest.
 func (c *Client) leaveLine(ctx context.Context, t target, s *session, place queueKey) {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.callTimeout())
+	if ctx.Err() != nil {
+		c.keeper.leaveLater(s, t.names())
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout())
 	defer cancel()
 	leaves := make([]leave, 0, len(t.names()))
 	for _, name := range t.names() {
@@ -294,13 +321,22 @@ func (c *Client) giveBack(l *Lease) {
 	_, _ = c.letGoNow(ctx, l.sess, letGo{leaseKey: l.key()}, "Close")
 }
 
-// withoutCancelKeepingDeadline is ctx without its cancellation but with its
-// deadline, if it has one.
-func withoutCancelKeepingDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	d, ok := ctx.Deadline()
-	ctx = context.WithoutCancel(ctx)
-	if !ok {
-		return ctx, func() {}
+// unlessReleased is ctx for letting leases go: it has ctx's deadline and
+// values, and ends when ctx is cancelled, except when ctx is cancelled
+// because a lease it derives from was released (cause ErrReleased): the
+// let-go that released it goes on, bounded by the deadline and the call
+// timeout. Every other end of ctx ends the let-go at once.
+func unlessReleased(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancelDeadline := context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		out, cancelDeadline = context.WithDeadline(out, d)
 	}
-	return context.WithDeadline(ctx, d)
+	stop := context.AfterFunc(ctx, func() {
+		// A deadline ends out by itself, with the same error.
+		if errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), ErrReleased) {
+			cancel()
+		}
+	})
+	return out, func() { stop(); cancelDeadline(); cancel() }
 }

@@ -165,14 +165,19 @@ func (st *store) transact(ctx context.Context, l lane, tag string, b body) (time
 }
 
 // rollback ends a transaction that will not commit. A caller whose context
-// has ended still frees the transaction's locks, within a bound of its own.
+// has ended still frees the transaction's locks, within a bound of its own,
+// in the background: the caller returns at once, as a call whose context
+// ended must, rather than wait on a Spanner that may not answer.
 func (st *store) rollback(ctx context.Context, tx *spanner.ReadWriteStmtBasedTransaction) {
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), st.cfg.endTimeout())
-		defer cancel()
+	if ctx.Err() == nil {
+		tx.Rollback(ctx)
+		return
 	}
-	tx.Rollback(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.cfg.endTimeout())
+	go func() {
+		defer cancel()
+		tx.Rollback(ctx)
+	}()
 }
 
 // retryDelay is how long to wait before retrying an aborted transaction:

@@ -28,7 +28,7 @@ import (
 const (
 	electorEnv = "RESOURCELOCK_ELECTOR"
 	dbEnv      = "RESOURCELOCK_DATABASE"
-	timingEnv  = "RESOURCELOCK_TIMING" // lease duration, renew deadline and retry period in ms
+	timingEnv  = "RESOURCELOCK_TIMING"            // lease duration, renew deadline and retry period in ms
 	releaseEnv = "RESOURCELOCK_RELEASE_ON_CANCEL" // "false" turns ReleaseOnCancel off
 	loopEnv    = "RESOURCELOCK_LOOP"              // "true": run for election again after each Run
 )

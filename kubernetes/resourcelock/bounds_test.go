@@ -88,7 +88,8 @@ func TestLeaseNeverWaitsForSpannerNorOutlivesItsDeadline(t *testing.T) {
 			break
 		}
 		if !before.Before(l.Deadline()) {
-			t.Fatalf("Lease returned a lease %v past its local deadline (its Context live: %v)", before.Sub(l.Deadline()), l.Context().Err() == nil)
+			t.Errorf("Lease returned a lease %v past its local deadline (its Context live: %v)", before.Sub(l.Deadline()), l.Context().Err() == nil)
+			break
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -170,7 +170,7 @@ func newElectorSet(t *testing.T, db *spanner.Client, tm timing) *electorSet {
 
 // start starts an elector process with identity id; env is added to its
 // environment (a later entry overrides an earlier one of the same name).
-func (s *electorSet) start(id string, env ...string) *elector {
+func (s *electorSet) start(id string, env ...string) {
 	t := s.t
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -207,7 +207,6 @@ func (s *electorSet) start(id string, env ...string) *elector {
 		_ = cmd.Process.Kill()
 		<-e.exited
 	})
-	return e
 }
 
 type testLog struct {

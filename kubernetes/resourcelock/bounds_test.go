@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/kubernetes/resourcelock"
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -124,5 +125,45 @@ func TestLeaseNeverWaitsForSpannerNorOutlivesItsDeadline(t *testing.T) {
 	}
 	if !errors.Is(context.Cause(held.Context()), lease.ErrLeaseLost) {
 		t.Errorf("the lease ended with %v, want ErrLeaseLost", context.Cause(held.Context()))
+	}
+}
+
+func TestCheckRefusesConfigsTheLockDoesNotSupport(t *testing.T) {
+	db, _ := leasetest.New(t)
+	l := newLock(t, db, "a", 6*time.Second) // 6s, 4s, 800ms
+	other := newLock(t, db, "b", 6*time.Second)
+	good := leaderelection.LeaderElectionConfig{Lock: l, LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 800 * time.Millisecond}
+	if err := l.Check(good); err != nil {
+		t.Fatalf("Check of the lock's own config: %v", err)
+	}
+	for name, mod := range map[string]func(c *leaderelection.LeaderElectionConfig){
+		"Coordinated":   func(c *leaderelection.LeaderElectionConfig) { c.Coordinated = true },
+		"RenewDeadline": func(c *leaderelection.LeaderElectionConfig) { c.RenewDeadline = 5 * time.Second },
+		"RetryPeriod":   func(c *leaderelection.LeaderElectionConfig) { c.RetryPeriod = time.Second },
+		"Lock":          func(c *leaderelection.LeaderElectionConfig) { c.Lock = other },
+	} {
+		c := good
+		mod(&c)
+		if err := l.Check(c); err == nil {
+			t.Errorf("Check accepted a config with another %s", name)
+		}
+	}
+}
+
+// A restarted process with the same identity must not take the lease its
+// predecessor's session still holds for its own: Get says so rather than
+// return a record the elector would read as "I lead".
+func TestGetRefusesARecordOfItsIdentityThatIsNotItsLease(t *testing.T) {
+	ctx := timeout(t)
+	db, _ := leasetest.New(t)
+	before, after := newLock(t, db, "pod-0", 6*time.Second), newLock(t, db, "pod-0", 6*time.Second)
+	if err := before.Create(ctx, recordOf("pod-0", 6*time.Second)); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if rec, _, err := after.Get(ctx); err == nil || !strings.Contains(err.Error(), "same identity") {
+		t.Fatalf("Get by another lock of the same identity: %+v, %v; want an error saying the identity is shared", rec, err)
+	}
+	if rec, _, err := before.Get(ctx); err != nil || rec.HolderIdentity != "pod-0" {
+		t.Fatalf("Get by the holder: %+v, %v", rec, err)
 	}
 }

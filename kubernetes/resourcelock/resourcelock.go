@@ -75,6 +75,12 @@
 // ForceRelease is seen, and its Guard and GuardSQL fence Spanner writes.
 // Identities must be unique among the electors and across restarts, as
 // client-go requires: the pod name plus a UUID made at start-up.
+//
+// Check refuses an elector configuration the lock does not support:
+// Coordinated leader election, or timings other than the lock's. Observers
+// learn of a vacancy only through the next leader: Get reports a free
+// lease as NotFound, not as a record with no holder, so client-go's
+// OnNewLeader is not called with "" after a release.
 package resourcelock
 
 import (
@@ -91,6 +97,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/leaderelection"
 	rl "k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/lease"
@@ -234,6 +241,27 @@ func localLife(ttl time.Duration) time.Duration { return ttl - ttl/10 }
 // successful Create or Update: its next renewal round starts a retry
 // period later and gives up a renew deadline after that.
 func (l *Lock) budget() time.Duration { return l.renewDeadline + l.retryPeriod }
+
+// Check reports whether cfg is an elector configuration this lock keeps
+// its bound for: cfg.Lock is l, cfg's timings are the lock's
+// (WithElectorTimings), and cfg is not Coordinated, which this lock does
+// not support (a coordinated elector only renews a lease that Kubernetes'
+// coordinated leader election gave it, and would never acquire). Call it
+// before leaderelection.NewLeaderElector or RunOrDie; controller-runtime's
+// manager builds its config itself, so give the lock the manager's
+// timings.
+func (l *Lock) Check(cfg leaderelection.LeaderElectionConfig) error {
+	switch {
+	case cfg.Lock != rl.Interface(l):
+		return fmt.Errorf("resourcelock: %s: the config's Lock is not this lock", l.Describe())
+	case cfg.Coordinated:
+		return fmt.Errorf("resourcelock: %s: Coordinated leader election is not supported: the elector would never acquire the lease", l.Describe())
+	case cfg.LeaseDuration != l.leaseDuration || cfg.RenewDeadline != l.renewDeadline || cfg.RetryPeriod != l.retryPeriod:
+		return fmt.Errorf("resourcelock: %s: the elector's timings %v/%v/%v are not the lock's %v/%v/%v: give New WithElectorTimings with the elector's",
+			l.Describe(), cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod, l.leaseDuration, l.renewDeadline, l.retryPeriod)
+	}
+	return nil
+}
 
 // record is the raw record: what Get returns, with the fencing token.
 type record struct {

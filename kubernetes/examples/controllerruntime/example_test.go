@@ -1,4 +1,4 @@
-package resourcelock_test
+package controllerruntime_test
 
 import (
 	"context"

@@ -43,7 +43,12 @@
 //     token and calls OnStartedLeading again.
 //   - Update with an empty holder identity (ReleaseOnCancel) releases the
 //     lease, so another elector takes over at its next retry rather than
-//     after the lease duration.
+//     after the lease duration. Without ReleaseOnCancel, an elector that
+//     stepped down while its lease was still live (its context ended, or
+//     renewals too slow for its budget) leaves the lease held, and renewed,
+//     until its next election, Close, or the end of the process: use
+//     ReleaseOnCancel, or Close the lock, when the process goes on without
+//     leading.
 //   - The lease's TTL is the elector's LeaseDuration, so a leader that dies
 //     is replaced within the lease duration plus a retry period.
 //     LeaderTransitions is the lease's fencing token minus one.

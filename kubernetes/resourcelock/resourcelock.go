@@ -463,19 +463,37 @@ func (l *Lock) release(ctx context.Context) error {
 	held, granted := l.held, l.granted
 	l.held, l.granted = nil, false
 	l.mu.Unlock()
-	if held == nil {
-		return nil
+	if held == nil || held.Context().Err() != nil {
+		return nil // lost: nothing to release
 	}
-	if granted {
-		// The elector's context ends only after this returns.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, held.Deadline())
+	// The release goes on in the background however long Spanner takes
+	// (the lease's Context ends at once, and the lease is free by its
+	// expiry at the latest); while the elector leads, whose context ends
+	// only after this returns, Update waits for it only until the lease's
+	// local deadline.
+	done := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.client.TTL())
 		defer cancel()
+		done <- held.Release(rctx)
+	}()
+	var bound <-chan time.Time
+	if granted {
+		t := time.NewTimer(time.Until(held.Deadline()))
+		defer t.Stop()
+		bound = t.C
 	}
-	if err := held.Release(ctx); err != nil && !errors.Is(err, lease.ErrLeaseLost) {
-		return fmt.Errorf("resourcelock: releasing %s: %w", l.Describe(), err)
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, lease.ErrLeaseLost) {
+			return fmt.Errorf("resourcelock: releasing %s: %w", l.Describe(), err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("resourcelock: releasing %s: %w (the release goes on in the background)", l.Describe(), ctx.Err())
+	case <-bound:
+		return fmt.Errorf("resourcelock: releasing %s: not confirmed by the lease's local deadline (the release goes on in the background)", l.Describe())
 	}
-	return nil
 }
 
 // Lease returns the lease while this lock holds it and its local deadline

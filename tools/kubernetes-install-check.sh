@@ -23,8 +23,8 @@ root=github.com/spannerlock/terraform-provider-spannerlock
 req=$(sed -n "s#^\t$root \(v[^ ]*\)\$#\1#p" kubernetes/go.mod)
 [ "$req" = "$version" ] || { echo "kubernetes/go.mod requires $root $req, not $version: tag both modules at one version" >&2; exit 1; }
 
-tmp=$(mktemp -d)
-trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); [ -z "${KEEP:-}" ] || echo "keeping $tmp"
+[ -n "${KEEP:-}" ] || trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
 proxy=$tmp/proxy
 
 # zipmodule MODULE DIR: MODULE at $version from the committed files of DIR
@@ -45,8 +45,10 @@ zipmodule() {
 zipmodule "$root" ""
 zipmodule "$root/kubernetes" kubernetes
 
+# A module cache of its own: the go command never downloads a version it
+# has again, so a shared cache would keep an earlier run's v$version.
 export GOPROXY="file://$proxy,file://$($GO env GOMODCACHE)/cache/download,$($GO env GOPROXY)"
-export GONOSUMDB=$root GOFLAGS=-mod=mod GOWORK=off
+export GOMODCACHE=$tmp/modcache GONOSUMDB=$root GOFLAGS=-mod=mod GOWORK=off
 for cg in "$@"; do
 	app=$tmp/app-$cg
 	mkdir -p "$app"

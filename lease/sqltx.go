@@ -47,10 +47,20 @@ import (
 // later, which the emulator these tests run on cannot serve, and are not
 // tested).
 func (l *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
-	if err := l.serializableSQL(ctx, tx); err != nil {
-		return err
+	if cause := context.Cause(l.ctx); cause != nil {
+		return fmt.Errorf("lease: GuardSQL: %w", cause)
 	}
-	return l.guard(ctx, func() (bool, error) { return l.namedSQL(ctx, tx) })
+	err := l.serializableSQL(ctx, tx)
+	if err == nil {
+		err = l.guard(ctx, func() (bool, error) { return l.namedSQL(ctx, tx) })
+	}
+	// A statement under l.Context() (or a context derived from it) fails
+	// with a bare context.Canceled once the lease ends: the lease is the
+	// cause, and the error says so.
+	if cause := context.Cause(l.ctx); err != nil && cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("lease: GuardSQL: %w: %w", cause, err)
+	}
+	return err
 }
 
 // serializableSQL refuses a database/sql transaction that the driver says

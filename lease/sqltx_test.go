@@ -240,3 +240,38 @@ func TestGuardSQLFencesARivalThatCommitsAfterItsRead(t *testing.T) {
 		}
 	})
 }
+
+// Once the lease has ended, GuardSQL in a transaction run under its
+// Context says so: its error matches the Context's cause, not only the
+// context.Canceled of its own statements.
+func TestGuardSQLAfterTheLeaseEndedMatchesItsCause(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, db, sc := counterDatabase(t)
+		sdb := sqlDB(t, db)
+		for _, c := range []struct {
+			end  func(l *lease.Lease)
+			want error
+		}{
+			{func(l *lease.Lease) { fatalIf(t, l.Release(ctx), "Release") }, lease.ErrReleased},
+			{func(l *lease.Lease) {
+				stealLease(t, ctx, db, "counter")
+				// A renewal (every second at a 3s TTL) finds it taken.
+				select {
+				case <-l.Context().Done():
+				case <-ctx.Done():
+					t.Fatal("the keeper did not see the theft")
+				}
+			}, lease.ErrLeaseLost},
+		} {
+			a := newClientWith(t, sc, lease.WithTTL(3*time.Second))
+			l := mustAcquire(t, ctx, a, "counter")
+			tx, err := sdb.BeginTx(l.Context(), nil)
+			fatalIf(t, err, "BeginTx")
+			c.end(l)
+			if err := l.GuardSQL(l.Context(), tx); !errors.Is(err, c.want) {
+				t.Errorf("GuardSQL under the Context of a lease that ended with %v: %v, want it to match", c.want, err)
+			}
+			_ = tx.Rollback()
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,11 +28,14 @@ import (
 const (
 	electorEnv = "RESOURCELOCK_ELECTOR"
 	dbEnv      = "RESOURCELOCK_DATABASE"
-	timingEnv  = "RESOURCELOCK_TIMING" // lease duration, renew deadline and retry period in ms
+	timingEnv  = "RESOURCELOCK_TIMING"            // lease duration, renew deadline and retry period in ms
+	releaseEnv = "RESOURCELOCK_RELEASE_ON_CANCEL" // "false" turns ReleaseOnCancel off
+	loopEnv    = "RESOURCELOCK_LOOP"              // "true": run for election again after each Run
 )
 
 type electorEvent struct {
-	Event    string    `json:"event"`    // started, stopped, leader, ran
+	Event    string    `json:"event"`    // started, ctxdone, leasedone, stopped, leader, ran
+	At       time.Time `json:"at"`       // the elector's wall clock when it happened (one host: one clock)
 	Identity string    `json:"identity"` // the elector reporting it
 	Leader   string    `json:"leader,omitempty"`
 	Token    int64     `json:"token,omitempty"`
@@ -55,7 +59,13 @@ func runElector() int {
 		return 2
 	}
 	out := json.NewEncoder(os.Stdout)
-	emit := func(e electorEvent) { e.Identity = identity; _ = out.Encode(e) }
+	var outMu sync.Mutex
+	emit := func(e electorEvent) {
+		e.Identity, e.At = identity, time.Now()
+		outMu.Lock()
+		defer outMu.Unlock()
+		_ = out.Encode(e)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
@@ -65,24 +75,41 @@ func runElector() int {
 		return 2
 	}
 	defer db.Close()
-	lock, err := resourcelock.New(db, leasetest.DefaultTable, "controller", identity)
+	ld, rd, rp := time.Duration(ms[0])*time.Millisecond, time.Duration(ms[1])*time.Millisecond, time.Duration(ms[2])*time.Millisecond
+	lock, err := resourcelock.New(db, leasetest.DefaultTable, "controller", identity, resourcelock.WithElectorTimings(ld, rd, rp))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   time.Duration(ms[0]) * time.Millisecond,
-		RenewDeadline:   time.Duration(ms[1]) * time.Millisecond,
-		RetryPeriod:     time.Duration(ms[2]) * time.Millisecond,
-		ReleaseOnCancel: true,
+		LeaseDuration:   ld,
+		RenewDeadline:   rd,
+		RetryPeriod:     rp,
+		ReleaseOnCancel: os.Getenv(releaseEnv) != "false",
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) {
+			OnStartedLeading: func(ctx context.Context) {
+				// Stamped first, before anything that could delay it.
+				started := time.Now()
 				var token int64
-				if l := lock.Lease(); l != nil {
+				l := lock.Lease()
+				if l != nil {
 					token = l.Token()
 				}
-				emit(electorEvent{Event: "started", Token: token})
+				e := electorEvent{Event: "started", Token: token}
+				e.Identity = identity
+				outMu.Lock()
+				e.At = started
+				_ = out.Encode(e)
+				outMu.Unlock()
+				if l != nil {
+					go func() {
+						<-l.Context().Done()
+						emit(electorEvent{Event: "leasedone", Token: token})
+					}()
+				}
+				<-ctx.Done()
+				emit(electorEvent{Event: "ctxdone", Token: token})
 			},
 			OnStoppedLeading: func() { emit(electorEvent{Event: "stopped"}) },
 			OnNewLeader:      func(id string) { emit(electorEvent{Event: "leader", Leader: id}) },
@@ -92,15 +119,19 @@ func runElector() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	le.Run(ctx)
-	// Run has returned, after stepping down. The process stays, its lock
-	// not closed, so only the elector's own release can hand over.
-	var token int64
-	if l := lock.Lease(); l != nil {
-		token = l.Token()
+	for {
+		le.Run(ctx)
+		// Run has returned, after stepping down. The process stays, its
+		// lock not closed, so only the elector's own release can hand over.
+		var token int64
+		if l := lock.Lease(); l != nil {
+			token = l.Token()
+		}
+		emit(electorEvent{Event: "ran", Token: token})
+		if os.Getenv(loopEnv) != "true" || ctx.Err() != nil {
+			select {}
+		}
 	}
-	emit(electorEvent{Event: "ran", Token: token})
-	select {}
 }
 
 type elector struct {
@@ -114,46 +145,68 @@ type elector struct {
 // any of them reports arrives on the returned channel, stamped on receipt.
 func startElectors(t *testing.T, db *spanner.Client, tm timing, ids ...string) (map[string]*elector, <-chan electorEvent) {
 	t.Helper()
-	events := make(chan electorEvent, 100)
-	stop := make(chan struct{}) // closed when the test ends and nobody reads events
-	t.Cleanup(func() { close(stop) })
-	electors := map[string]*elector{}
+	s := newElectorSet(t, db, tm)
 	for _, id := range ids {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), electorEnv+"="+id, dbEnv+"="+db.DatabaseName(), timingEnv+"="+tm.String())
-		cmd.Stderr = testLog{t, id}
-		// Killed with the test binary, whatever happens to it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting elector %s: %v", id, err)
-		}
-		e := &elector{identity: id, cmd: cmd, exited: make(chan struct{})}
-		electors[id] = e
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				var ev electorEvent
-				if json.Unmarshal(sc.Bytes(), &ev) == nil {
-					ev.at = time.Now()
-					select {
-					case events <- ev:
-					case <-stop:
-					}
+		s.start(id)
+	}
+	return s.electors, s.events
+}
+
+// electorSet starts elector processes that report on one channel.
+type electorSet struct {
+	t        *testing.T
+	db       *spanner.Client
+	tm       timing
+	events   chan electorEvent
+	stop     chan struct{} // closed when the test ends and nobody reads events
+	electors map[string]*elector
+}
+
+func newElectorSet(t *testing.T, db *spanner.Client, tm timing) *electorSet {
+	s := &electorSet{t: t, db: db, tm: tm, events: make(chan electorEvent, 100), stop: make(chan struct{}), electors: map[string]*elector{}}
+	t.Cleanup(func() { close(s.stop) })
+	return s
+}
+
+// start starts an elector process with identity id; env is added to its
+// environment (a later entry overrides an earlier one of the same name).
+func (s *electorSet) start(id string, env ...string) {
+	t := s.t
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), electorEnv+"="+id, dbEnv+"="+s.db.DatabaseName(), timingEnv+"="+s.tm.String())
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = testLog{t, id}
+	// Killed with the test binary, whatever happens to it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting elector %s: %v", id, err)
+	}
+	e := &elector{identity: id, cmd: cmd, exited: make(chan struct{})}
+	s.electors[id] = e
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev electorEvent
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				ev.at = time.Now()
+				select {
+				case s.events <- ev:
+				case <-s.stop:
 				}
 			}
-			e.err = cmd.Wait()
-			close(e.exited)
-		}()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-e.exited
-		})
-	}
-	return electors, events
+		}
+		e.err = cmd.Wait()
+		close(e.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-e.exited
+	})
 }
 
 type testLog struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"github.com/google/uuid"
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/kubernetes/resourcelock"
@@ -21,15 +22,17 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	identity := os.Getenv("POD_NAME") + "_" + os.Getenv("CLUSTER")
-	lock, err := resourcelock.New(db, "locks", "my-controller", identity)
+	// Unique per process, restarts included.
+	identity := os.Getenv("POD_NAME") + "_" + uuid.NewString()
+	lock, err := resourcelock.New(db, "locks", "my-controller", identity,
+		resourcelock.WithElectorTimings(15*time.Second, 10*time.Second, 2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = lock.Close() }()
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   15 * time.Second, // also the lease's TTL in Spanner
+		LeaseDuration:   15 * time.Second, // the lock's timings; also the lease's TTL in Spanner
 		RenewDeadline:   10 * time.Second,
 		RetryPeriod:     2 * time.Second,
 		ReleaseOnCancel: true, // the next leader takes over at its next retry

@@ -34,9 +34,12 @@ func eachDialect(t *testing.T, test func(t *testing.T, d lease.Dialect)) {
 	}
 }
 
-func newLock(t *testing.T, db *spanner.Client, identity string) *resourcelock.Lock {
+// newLock returns a lock for an elector whose lease duration is
+// leaseDuration, with client-go's default proportions for the rest.
+func newLock(t *testing.T, db *spanner.Client, identity string, leaseDuration time.Duration) *resourcelock.Lock {
 	t.Helper()
-	l, err := resourcelock.New(db, leasetest.DefaultTable, "controller", identity)
+	l, err := resourcelock.New(db, leasetest.DefaultTable, "controller", identity,
+		resourcelock.WithElectorTimings(leaseDuration, leaseDuration*2/3, leaseDuration*2/15))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -53,7 +56,7 @@ func recordOf(identity string, leaseDuration time.Duration) rl.LeaderElectionRec
 func TestGetWithoutARecordIsNotFound(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		db, _ := leasetest.New(t, leasetest.WithDialect(d))
-		_, _, err := newLock(t, db, "a").Get(timeout(t))
+		_, _, err := newLock(t, db, "a", 15*time.Second).Get(timeout(t))
 		if !apierrors.IsNotFound(err) {
 			t.Fatalf("Get with no record: %v, want a Kubernetes NotFound", err)
 		}
@@ -64,7 +67,7 @@ func TestCreateThenGetReportsTheHolder(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		ctx := timeout(t)
 		db, _ := leasetest.New(t, leasetest.WithDialect(d))
-		a, b := newLock(t, db, "a"), newLock(t, db, "b")
+		a, b := newLock(t, db, "a", 7*time.Second), newLock(t, db, "b", 7*time.Second)
 		if err := a.Create(ctx, recordOf("a", 7*time.Second)); err != nil {
 			t.Fatalf("Create: %v", err)
 		}
@@ -94,7 +97,7 @@ func TestRawRecordChangesOnEveryRenewal(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		ctx := timeout(t)
 		db, _ := leasetest.New(t, leasetest.WithDialect(d))
-		a, b := newLock(t, db, "a"), newLock(t, db, "b")
+		a, b := newLock(t, db, "a", 3*time.Second), newLock(t, db, "b", 3*time.Second)
 		// A 3s TTL renews every second.
 		if err := a.Create(ctx, recordOf("a", 3*time.Second)); err != nil {
 			t.Fatalf("Create: %v", err)
@@ -131,7 +134,7 @@ func TestUpdateIsACompareAndSet(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		ctx := timeout(t)
 		db, _ := leasetest.New(t, leasetest.WithDialect(d))
-		a, b := newLock(t, db, "a"), newLock(t, db, "b")
+		a, b := newLock(t, db, "a", 10*time.Second), newLock(t, db, "b", 10*time.Second)
 		if err := a.Create(ctx, recordOf("a", 10*time.Second)); err != nil {
 			t.Fatalf("a Create: %v", err)
 		}
@@ -161,8 +164,12 @@ func TestUpdateIsACompareAndSet(t *testing.T) {
 		if _, _, err := b.Get(ctx); !apierrors.IsNotFound(err) {
 			t.Fatalf("Get after release: %v, want NotFound", err)
 		}
-		if err := b.Update(ctx, recordOf("b", 10*time.Second)); err != nil {
-			t.Fatalf("b Update after a released: %v", err)
+		// Update never acquires: only Create does, after Get said no one holds it.
+		if err := b.Update(ctx, recordOf("b", 10*time.Second)); !apierrors.IsConflict(err) || b.Lease() != nil {
+			t.Fatalf("b Update of a free lease: %v, Lease %v; want Conflict and nil", err, b.Lease())
+		}
+		if err := b.Create(ctx, recordOf("b", 10*time.Second)); err != nil {
+			t.Fatalf("b Create after a released: %v", err)
 		}
 		if got := b.Lease().Token(); got <= tokenA {
 			t.Fatalf("b's fencing token %d is not above a's %d", got, tokenA)
@@ -173,7 +180,7 @@ func TestUpdateIsACompareAndSet(t *testing.T) {
 func TestUpdateWritesOnlyItsOwnIdentity(t *testing.T) {
 	ctx := timeout(t)
 	db, _ := leasetest.New(t)
-	a := newLock(t, db, "a")
+	a := newLock(t, db, "a", 10*time.Second)
 	if err := a.Update(ctx, recordOf("mallory", 10*time.Second)); err == nil {
 		t.Fatal("Update with another identity succeeded")
 	}
@@ -185,7 +192,7 @@ func TestUpdateWritesOnlyItsOwnIdentity(t *testing.T) {
 func TestTTLIsTheLeaseDuration(t *testing.T) {
 	ctx := timeout(t)
 	db, _ := leasetest.New(t)
-	a, b := newLock(t, db, "a"), newLock(t, db, "b")
+	a, b := newLock(t, db, "a", 5*time.Second), newLock(t, db, "b", 5*time.Second)
 	if err := a.Create(ctx, recordOf("a", 5*time.Second)); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -197,7 +204,7 @@ func TestTTLIsTheLeaseDuration(t *testing.T) {
 
 func TestIdentityAndDescribe(t *testing.T) {
 	db, _ := leasetest.New(t)
-	l := newLock(t, db, "pod-1_6f1c")
+	l := newLock(t, db, "pod-1_6f1c", 15*time.Second)
 	if l.Identity() != "pod-1_6f1c" || l.Describe() != "locks/controller" {
 		t.Fatalf("Identity %q, Describe %q", l.Identity(), l.Describe())
 	}
@@ -219,7 +226,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 func TestCloseReleasesTheLease(t *testing.T) {
 	ctx := timeout(t)
 	db, _ := leasetest.New(t)
-	a, b := newLock(t, db, "a"), newLock(t, db, "b")
+	a, b := newLock(t, db, "a", 30*time.Second), newLock(t, db, "b", 30*time.Second)
 	if err := a.Create(ctx, recordOf("a", 30*time.Second)); err != nil {
 		t.Fatalf("Create: %v", err)
 	}

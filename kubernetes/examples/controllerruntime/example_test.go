@@ -1,4 +1,4 @@
-package resourcelock_test
+package controllerruntime_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"github.com/google/uuid"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/spannerlock/terraform-provider-spannerlock/kubernetes/resourcelock"
@@ -22,14 +23,18 @@ func Example_controllerRuntime() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	identity := os.Getenv("POD_NAME") + "_" + os.Getenv("CLUSTER")
-	lock, err := resourcelock.New(db, "locks", "my-controller", identity)
+	// Unique per process, restarts included.
+	identity := os.Getenv("POD_NAME") + "_" + uuid.NewString()
+	// The lock checks the manager's timings against the lease: RenewDeadline
+	// plus RetryPeriod must stay below 90% of LeaseDuration.
+	leaseDuration, renewDeadline, retryPeriod := 15*time.Second, 10*time.Second, 2*time.Second
+	lock, err := resourcelock.New(db, "locks", "my-controller", identity,
+		resourcelock.WithElectorTimings(leaseDuration, renewDeadline, retryPeriod))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = lock.Close() }()
 
-	leaseDuration, renewDeadline, retryPeriod := 15*time.Second, 10*time.Second, 2*time.Second
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		LeaderElection:                      true,
 		LeaderElectionID:                    "my-controller",

@@ -40,10 +40,13 @@ import (
 // Each case has its own database: the emulator aborts concurrent
 // transactions of one database, which would shift the RPC sequence.
 
-// enumTTL is short so that expiries come quickly, yet long enough that an
-// acquisition on a loaded machine (race detector, eight cases on two cores)
-// commits well within it; the renewal interval is TTL/3.
-const enumTTL = 2 * time.Second
+// enumTTL is short so that expiries come quickly, yet long enough that a
+// renewal, which has half its interval (TTL/6, 500 ms), and an
+// acquisition commit within their bounds on a loaded 2-core machine (both
+// dialects at once, two cases each, beside other work). At 2 s, under the
+// load of a CI run, renewals timed out (333 ms) so often that the checks
+// of what a Client can still do after a fault failed.
+const enumTTL = 3 * time.Second
 
 // enumIdleAbort stands in for spannerIdleAbort in the enumeration.
 const enumIdleAbort = 2 * enumTTL
@@ -666,14 +669,27 @@ func checkWaiterServed(h *harness) {
 }
 
 // checkUsable: whatever the faults did, the Client can acquire a new name
-// afterwards (retrying outages while it lasts).
+// afterwards (retrying outages while it lasts), within 3 TTLs of the
+// moment the last transaction a fault cut off lost its locks: until then a
+// statement of the Client may wait for them, as on Spanner, and a
+// renewal that waits past its deadline costs the Client its session, which
+// the acquisition then starts again.
 func checkUsable(h *harness) {
-	ctx, cancel := context.WithTimeout(h.ctx, 3*enumTTL)
-	defer cancel()
+	started := time.Now()
+	bound := func() time.Time {
+		from := started
+		if freed := h.model.locksFreedAt(); freed.After(from) {
+			from = freed
+		}
+		return from.Add(3 * enumTTL)
+	}
 	var err error
-	for ctx.Err() == nil {
+	for time.Now().Before(bound()) {
+		ctx, cancel := context.WithDeadline(h.ctx, bound())
 		var l *lease.Lease
-		if l, err = h.c.TryAcquire(ctx, "usable"); err == nil {
+		l, err = h.c.TryAcquire(ctx, "usable")
+		cancel()
+		if err == nil {
 			h.hold(l)
 			h.mu.Lock()
 			h.locks = append(h.locks, "usable")

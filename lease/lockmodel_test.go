@@ -497,7 +497,7 @@ func (t *modelTxn) expireLocked() {
 }
 
 // lockedUntil returns the latest moment a transaction that nobody ended
-// held, or holds, a shared lock on row until Spanner aborted it, or aborts
+// held, or holds, a shared lock on row (any row, for the zero row) until Spanner aborted it, or aborts
 // it, as idle (zero if none did): until then no writer of the row could
 // commit.
 func (m *lockModel) lockedUntil(row modelRow) time.Time {
@@ -505,7 +505,7 @@ func (m *lockModel) lockedUntil(row modelRow) time.Time {
 	defer m.mu.Unlock()
 	var until time.Time
 	for _, t := range m.txns {
-		if _, ok := t.locks([]modelRow{row}); !ok {
+		if _, ok := t.locks([]modelRow{row}); !ok && row != (modelRow{}) {
 			continue
 		}
 		held := t.heldUntil
@@ -519,6 +519,15 @@ func (m *lockModel) lockedUntil(row modelRow) time.Time {
 		}
 	}
 	return until
+}
+
+// locksFreedAt returns the latest moment any transaction that nobody
+// ended held, or holds, a lock until Spanner aborted it, or aborts it, as
+// idle (zero if none did): until then any statement of the Client may wait
+// for it, as on Spanner, where such a transaction holds its locks for
+// about 10 s however short its client's deadline was.
+func (m *lockModel) locksFreedAt() time.Time {
+	return m.lockedUntil(modelRow{})
 }
 
 // unfaulted marks a context whose RPCs the faults interceptor passes

@@ -36,7 +36,11 @@ func TestContextCancelledWhenARenewalFindsTheLeaseTaken(t *testing.T) {
 
 // The holder must learn of the loss before any rival could acquire: when
 // renewals stop reaching Spanner, the context ends while Spanner still
-// reports the lease as live.
+// reports the lease as live. The comparison is on Spanner's clock, through
+// strong reads begun after the context ended (spannerClock): the local
+// clock is not Spanner's, and a read of the holder made after the context
+// ended may be served late on a loaded machine, when the lease has
+// expired as it should.
 func TestContextCancelledAtTheLocalDeadlineBeforeExpiry(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := emulator.Context(t)
@@ -44,19 +48,50 @@ func TestContextCancelledAtTheLocalDeadlineBeforeExpiry(t *testing.T) {
 		holderSC := emulator.Client(t, db)
 		a := newClientWith(t, holderSC, lease.WithTTL(2*time.Second))
 		reader := newClient(t, db)
+		readerSC := emulator.Client(t, db)
 		l := mustAcquire(t, ctx, a, "job")
+		endedAt := make(chan time.Time, 1)
+		go func() {
+			<-l.Context().Done()
+			endedAt <- time.Now()
+		}()
 		holderSC.Close() // renewals now fail: an outage as seen by the holder
+		// Closed, the holder's spanner.Client renews no more: the row's
+		// expiry is final (a renewal it sent before the close that
+		// commits after this read would only make the check stricter).
+		h, err := reader.Holder(ctx, "job")
+		fatalIf(t, err, "Holder while the lease is live")
+		if h.Token != l.Token() {
+			t.Fatalf("holder token %d, want %d", h.Token, l.Token())
+		}
 
 		waitDone(t, l.Context(), "context of an unrenewable lease")
 		if err := context.Cause(l.Context()); !errors.Is(err, lease.ErrLeaseLost) {
 			t.Fatalf("cause = %v, want ErrLeaseLost", err)
 		}
-		h, err := reader.Holder(ctx, "job")
-		if err != nil {
-			t.Fatalf("Holder right after the holder's context ended: %v; the loss signal must come before Spanner lets a rival in", err)
+		ended := <-endedAt
+		// Spanner's time when the context ended is at most ended plus
+		// D(ended) <= s-b for a strong read begun at b >= ended that read
+		// at s; the quickest of a few reads bounds it most tightly.
+		var clock spannerClock
+		for range 10 {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			began := time.Now()
+			ro := readerSC.Single()
+			_, err := ro.Query(rctx, spanner.Statement{SQL: "SELECT 1"}).Next()
+			returned := time.Now()
+			if ts, terr := ro.Timestamp(); err == nil && terr == nil {
+				clock.sample(began, returned, ts)
+			}
+			ro.Close()
+			cancel()
 		}
-		if h.Token != l.Token() {
-			t.Fatalf("holder token %d, want %d", h.Token, l.Token())
+		ahead, ok := clock.upper(ended)
+		if !ok {
+			t.Fatal("no strong read succeeded after the context ended")
+		}
+		if atEnd := ended.Add(ahead); !atEnd.Before(h.ExpiresAt) {
+			t.Fatalf("the context ended at Spanner time %v or earlier, but the lease expired at %v: the loss signal must come before Spanner lets a rival in", atEnd, h.ExpiresAt)
 		}
 	})
 }

@@ -626,7 +626,7 @@ func (r *randRun) quiesce(admin *lease.Client) {
 		r.ck.closed(c, closedAt)
 	}
 	// The sweeper's TTL is longer than the callers': on a loaded machine a
-	// 2 s lease is now and then lost before it is used (no renewal
+	// short lease (enumTTL) is now and then lost before it is used (no renewal
 	// confirmed in time), which is no violation; such a loss is retried.
 	sweeper := newClientWith(t, r.admin, lease.WithTTL(3*enumTTL), lease.WithHolderID("sweeper"), lease.WithPollInterval(100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(r.ctx, 15*enumTTL+lease.MaxCallTimeout)

@@ -583,28 +583,42 @@ func (m *lockModel) waitToCommit(ctx context.Context, t *modelTxn) error {
 		if holder == nil {
 			return nil
 		}
-		began := time.Now()
 		var idle <-chan time.Time // nil for a holder that is committing
 		if !holderIdle.IsZero() {
 			timer := time.NewTimer(time.Until(holderIdle))
 			defer timer.Stop()
-			idle = timer.C
+			idle = timer.C // look again once it is idle, or active since
 		}
-		select {
-		case <-holder.done:
-		case <-idle: // look again: idle, or active since
-		case <-t.done: // wounded meanwhile
-		case <-ctx.Done():
-			w.timedOut = true
-		}
-		w.waited = time.Since(began)
-		m.mu.Lock()
-		m.waits = append(m.waits, w)
-		m.mu.Unlock()
-		if w.timedOut {
-			return status.Error(codes.DeadlineExceeded, "model: waited for a lock until the deadline")
+		if err := m.wait(ctx, w, holder, t, idle); err != nil {
+			return err
 		}
 	}
+}
+
+// wait holds t until holder ends, t is wounded, idle fires (nil: never)
+// or ctx ends, and records the wait w; it returns DeadlineExceeded if ctx
+// ended first, as Spanner answers a statement whose deadline passed while
+// it waited for a lock.
+func (m *lockModel) wait(ctx context.Context, w modelWait, holder, t *modelTxn, idle <-chan time.Time) error {
+	began := time.Now()
+	select {
+	case <-holder.done:
+	case <-idle:
+	case <-t.done: // wounded meanwhile
+	case <-ctx.Done():
+		w.timedOut = true
+	}
+	w.waited = time.Since(began)
+	m.mu.Lock()
+	m.waits = append(m.waits, w)
+	m.mu.Unlock()
+	if !w.timedOut {
+		return nil
+	}
+	if w.exclusive {
+		return status.Error(codes.DeadlineExceeded, "model: waited for an exclusive lock until the deadline")
+	}
+	return status.Error(codes.DeadlineExceeded, "model: waited for a lock until the deadline")
 }
 
 // idleLocked reports whether Spanner has aborted o as idle by now; m.mu is
@@ -647,19 +661,8 @@ func (m *lockModel) waitToRead(ctx context.Context, t *modelTxn, reads []modelRo
 			return nil
 		}
 		w := modelWait{waiter: t.tag, holder: holder.tag, row: on, exclusive: true}
-		began := time.Now()
-		select {
-		case <-holder.done:
-		case <-t.done:
-		case <-ctx.Done():
-			w.timedOut = true
-		}
-		w.waited = time.Since(began)
-		m.mu.Lock()
-		m.waits = append(m.waits, w)
-		m.mu.Unlock()
-		if w.timedOut {
-			return status.Error(codes.DeadlineExceeded, "model: waited for an exclusive lock until the deadline")
+		if err := m.wait(ctx, w, holder, t, nil); err != nil {
+			return err
 		}
 	}
 }

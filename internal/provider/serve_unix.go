@@ -61,7 +61,11 @@ type runWork interface {
 type lifetime struct {
 	leases *leaseRegistry
 	work   runWork
-	once   sync.Once
+	// workLimit is how long at most what the run started keeps unclosed
+	// leases held after the run ended (the constant workLimit; tests
+	// shorten it).
+	workLimit time.Duration
+	once      sync.Once
 	// ended is closed once the run has ended and what it held is let go.
 	ended chan struct{}
 	// served is closed when serving has ended.
@@ -90,7 +94,7 @@ func (l *lifetime) end(cause error) {
 		if !l.leases.holding() {
 			return
 		}
-		limit := time.Now().Add(workLimit)
+		limit := time.Now().Add(l.workLimit)
 		for {
 			n, known := l.work.scan()
 			if !known {
@@ -138,7 +142,7 @@ func (l *lifetime) isServed() bool {
 // written to its closed pipe must not kill the process before it lets go.
 func watchTerraform(leases *leaseRegistry) (served func()) {
 	signal.Ignore(syscall.SIGPIPE)
-	l := &lifetime{leases: leases, work: newRunWork(), ended: make(chan struct{}), served: make(chan struct{})}
+	l := &lifetime{leases: leases, work: newRunWork(), workLimit: workLimit, ended: make(chan struct{}), served: make(chan struct{})}
 	var interrupts, terminations []os.Signal
 	if !signal.Ignored(syscall.SIGINT) {
 		interrupts = append(interrupts, syscall.SIGINT)

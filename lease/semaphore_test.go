@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,8 @@ func TestSemaphoreNeverGrantsMoreThanItsLimit(t *testing.T) {
 			mu     sync.Mutex
 			grants []grant
 			wg     sync.WaitGroup
+			// inside counts the holders between their two enters.
+			inside atomic.Int64
 		)
 		errs := make(chan error, contenders)
 		for i := range contenders {
@@ -90,7 +93,16 @@ func TestSemaphoreNeverGrantsMoreThanItsLimit(t *testing.T) {
 					mu.Unlock()
 					err = enter(l.Context(), sc, l, +1)
 					if err == nil {
-						time.Sleep(20 * time.Millisecond) // the work the permit protects
+						// The work the permit protects lasts until another
+						// holder is inside too (at most 2 s): on a loaded
+						// machine 20 ms of work let the holders go one at
+						// a time, and the peak proved nothing.
+						inside.Add(1)
+						for waited := time.Duration(0); inside.Load() < 2 && waited < 2*time.Second; waited += 5 * time.Millisecond {
+							time.Sleep(5 * time.Millisecond)
+						}
+						time.Sleep(20 * time.Millisecond)
+						inside.Add(-1)
 						err = enter(l.Context(), sc, l, -1)
 					}
 					if rerr := l.Release(ctx); err == nil {

@@ -216,7 +216,13 @@ _spannerlock() {
         w=${COMP_WORDS[i]}
         case $w in
             --)
-                if ((i == COMP_CWORD - 1)); then COMPREPLY=($(compgen -c -- "$cur" | sort -u)); fi
+                if ((i == COMP_CWORD - 1)); then
+                    COMPREPLY=($(compgen -c -- "$cur" | sort -u))
+                elif declare -F _command_offset >/dev/null; then
+                    _command_offset $((i + 1)) # bash-completion's, as sudo's
+                else
+                    _spannerlock_cmd $((i + 1))
+                fi
                 return 0 ;;
             {{join .ValueFlags "|"}}) ((i++)) ;;
             -*) ;;
@@ -245,6 +251,18 @@ _spannerlock() {
     esac
     [[ $cur == -* ]] && words+=' '{{quote (names .Global)}}
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
+}
+# _spannerlock_cmd completes CMD's arguments with CMD's own completion
+# function, where bash-completion (whose _command_offset does it fully)
+# is not loaded; with none, -o default completes files.
+_spannerlock_cmd() {
+    local off=$1 cmd=${COMP_WORDS[$1]} spec
+    spec=$(complete -p -- "$cmd" 2>/dev/null) || return 0
+    [[ $spec =~ -F\ ([^ ]+) ]] || return 0
+    local fn=${BASH_REMATCH[1]}
+    COMP_WORDS=("${COMP_WORDS[@]:off}")
+    ((COMP_CWORD -= off))
+    "$fn" "$cmd" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
 }
 complete -o default -F _spannerlock spannerlock
 `,

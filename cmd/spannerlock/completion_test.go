@@ -61,6 +61,42 @@ func TestCompletionBash(t *testing.T) {
 	}
 }
 
+// After -- CMD's arguments are completed by CMD's own completion, as
+// sudo's are: through bash-completion's _command_offset when it is loaded,
+// else by calling the function CMD's completion names.
+func TestCompletionBashCompletesCMDsArguments(t *testing.T) {
+	dir := t.TempDir()
+	script := completionScript(t, dir, "bash")
+	// mycmd completes its first argument from two words.
+	const mycmd = `_mycmd() { COMPREPLY=($(compgen -W "alpha beta" -- "$2")); }; complete -F _mycmd mycmd`
+	loaders := map[string]string{"without bash-completion": ""}
+	if _, err := os.Stat("/usr/share/bash-completion/bash_completion"); err == nil {
+		loaders["with bash-completion"] = "source /usr/share/bash-completion/bash_completion"
+	}
+	for name, load := range loaders {
+		for _, tc := range []struct {
+			line string
+			want []string
+		}{
+			{"spannerlock lock x -- mycmd al", []string{"alpha"}},
+			{"spannerlock --table t run-once j --every 1h -- mycmd ", []string{"alpha", "beta"}},
+		} {
+			words := strings.Split(tc.line, " ")
+			cmd := exec.Command("bash", "-c", load+"\n"+mycmd+`
+source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; _spannerlock; printf '%s\n' "${COMPREPLY[@]}"`,
+				"bash", script)
+			cmd.Args = append(cmd.Args, words...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %q: %v\n%s", name, tc.line, err, out)
+			}
+			if got := strings.Fields(string(out)); !sameWords(got, tc.want) {
+				t.Errorf("%s: %q completes to %q, want %q", name, tc.line, got, tc.want)
+			}
+		}
+	}
+}
+
 func sameWords(got, want []string) bool {
 	seen := map[string]bool{}
 	for _, w := range got {

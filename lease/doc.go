@@ -144,8 +144,13 @@
 // including one that failed; a Campaign that stepped down or ended; a
 // RunOnce that finished or panicked; an acquisition whose outcome was never
 // learnt; or Close. Its row is cleared by the release or else by the
-// Client, in a transaction of its own retried at every renewal, or it
-// expires with the session. One exception on Spanner: when a transaction
+// Client in the background, in transactions of their own that run apart
+// from the renewals, each with the deadline of a release, retried at least
+// once per renewal interval; or it expires with the session. This holds
+// while Spanner answers those clears within their deadline: while it
+// answers none in time (it is down or overloaded, or aborts them) but the
+// session's renewals still commit, the row stays held until the first
+// clear that commits. One exception on Spanner: when a transaction
 // that read the row (the release itself, or another Client's acquisition)
 // is left holding its lock because its reply was lost after Spanner began
 // it, the row can be cleared only once Spanner aborts that idle
@@ -155,8 +160,9 @@
 // leases are free for others at once.
 //
 // Bounded calls. Every database call the Client makes on its own has a
-// deadline: acquisition attempts, releases, RunOnce completions and the
-// reads that settle unknown outcomes at TTL minus the safety margin (at
+// deadline: acquisition attempts, releases (the background clears too),
+// RunOnce completions and the reads that settle unknown outcomes at TTL
+// minus the safety margin (at
 // most 10s), a waiter's reads at twice the poll interval (at least 1s, at
 // most that), renewals at half the renewal interval, Close at the TTL (at
 // most 5s). Calls also end with the caller's context: a call returns as

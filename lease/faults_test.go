@@ -105,6 +105,39 @@ type faults struct {
 	// model, when set, models Spanner's locks across the spanner Clients
 	// that share it (lockmodel_test.go).
 	model *lockModel
+	// spannerFailed is, by transaction tag, when an RPC with no fault
+	// planned and no lock-model wait last failed on Spanner's side: its
+	// deadline ran out before Spanner answered, or Spanner aborted it (the
+	// emulator's one-at-a-time rule). It is what a loaded machine does to
+	// a call, which no fault explains.
+	spannerFailed map[string]time.Time
+}
+
+// noteAnswer records an RPC that failed on Spanner's side (see
+// spannerFailed).
+func (f *faults) noteAnswer(r rpc, k fault, err error) {
+	if k != pass || err == nil || err == io.EOF {
+		return
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Aborted, codes.Unavailable:
+	default:
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.spannerFailed == nil {
+		f.spannerFailed = map[string]time.Time{}
+	}
+	f.spannerFailed[r.tag] = time.Now()
+}
+
+// lastSpannerFailure returns when an RPC of tag last failed on Spanner's
+// side, or zero.
+func (f *faults) lastSpannerFailure(tag string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.spannerFailed[tag]
 }
 
 func (f *faults) options() []option.ClientOption {
@@ -286,6 +319,7 @@ func (f *faults) unary(ctx context.Context, method string, req, reply any, cc *g
 		return errDelayed
 	}
 	err := invoke(ctx, method, req, reply, cc, opts...)
+	f.noteAnswer(r, k, err)
 	f.model.answered(p, method, err, transactionID(reply))
 	if k == holdsLocks {
 		f.model.stick(p, cc)
@@ -381,6 +415,7 @@ type faultyStream struct {
 	cancel context.CancelFunc
 	method string
 	cc     *grpc.ClientConn
+	r      rpc
 	fault  fault
 	p      pending
 	// failed is the error every call returns when the request was not sent.
@@ -398,6 +433,7 @@ type faultyStream struct {
 
 func (s *faultyStream) SendMsg(m any) error {
 	r := rpc{method: s.method, tag: s.f.tagOf(m)}
+	s.r = r
 	s.fault = s.f.decide(s.ctx, r)
 	s.p = s.f.model.before(s.ctx, m, r.tag, s.cc)
 	if s.p.refuse != nil {
@@ -426,11 +462,14 @@ func (s *faultyStream) SendMsg(m any) error {
 	cs, err := s.open(sctx)
 	if err != nil {
 		cancel()
+		s.f.noteAnswer(r, s.fault, err)
 		s.failed = err
 		return nil //nolint:nilerr // as in gRPC, a stream's error surfaces when the caller reads
 	}
 	s.cs, s.cancel = cs, cancel
-	return cs.SendMsg(m)
+	err = cs.SendMsg(m)
+	s.f.noteAnswer(r, s.fault, err)
+	return err
 }
 
 func (s *faultyStream) Context() context.Context { return s.ctx }
@@ -491,6 +530,7 @@ func (s *faultyStream) RecvMsg(m any) error {
 // recv receives one response, telling the lock model what the first says.
 func (s *faultyStream) recv(m any) error {
 	err := s.cs.RecvMsg(m)
+	s.f.noteAnswer(s.r, s.fault, err)
 	if !s.first {
 		s.first = true
 		answer := err

@@ -35,9 +35,9 @@ type keeper struct {
 	// under it.
 	background context.Context
 	stop       context.CancelFunc
-	// kick wakes the loop when a let-go is waiting or a lease is short of
-	// time.
-	kick chan struct{}
+	// kick wakes the renewal loop when a lease is short of time; clearKick
+	// wakes the clearing loop when a let-go or a leave is waiting.
+	kick, clearKick chan struct{}
 
 	mu      sync.Mutex
 	closed  bool
@@ -65,7 +65,7 @@ type keeper struct {
 func newKeeper(st *store, cfg config, log *slog.Logger, tel telemetry) *keeper {
 	background, stop := context.WithCancel(context.Background())
 	k := &keeper{st: st, cfg: cfg, log: log, tel: tel, background: background, stop: stop,
-		kick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, places: map[string]map[queueKey]struct{}{},
+		kick: make(chan struct{}, 1), clearKick: make(chan struct{}, 1), leases: map[*Lease]struct{}{}, expiring: map[*session]struct{}{}, places: map[string]map[queueKey]struct{}{},
 		ended: newRecentIDs(1000), dead: newRecentIDs(10000)}
 	k.sess = newSession(cfg, k.deadlinePassed)
 	return k
@@ -228,22 +228,28 @@ func (k *keeper) startLocked() {
 		return
 	}
 	k.running = true
-	k.loop.Add(1)
+	k.loop.Add(2)
 	go k.run()
+	go k.clearLoop()
 }
 
-func (k *keeper) wake() {
+func (k *keeper) wake() { nudge(k.kick) }
+
+func (k *keeper) wakeClear() { nudge(k.clearKick) }
+
+// nudge wakes whoever waits on c, unless a wake is already pending.
+func nudge(c chan struct{}) {
 	select {
-	case k.kick <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
-// run renews the current session, and so all its leases, once per interval,
-// and clears let-goes at once. A failed renewal is retried with backoff; if
-// the local deadline passes meanwhile the session's timer loses its leases,
-// so a transient error never ends a lease early. An idle session is left to
-// expire: the next acquisition renews it, or starts a new one.
+// run renews the current session, and so all its leases, once per interval.
+// A failed renewal is retried with backoff; if the local deadline passes
+// meanwhile the session's timer loses its leases, so a transient error never
+// ends a lease early. An idle session is left to expire: the next
+// acquisition renews it, or starts a new one.
 func (k *keeper) run() {
 	defer k.loop.Done()
 	t := time.NewTimer(k.cfg.renewInterval)
@@ -257,22 +263,48 @@ func (k *keeper) run() {
 		case <-k.kick:
 		}
 		s, leases, waiting := k.work()
-		failed := false
-		if err := k.clearLetGos(s); err != nil {
-			failed = true
-			if k.background.Err() == nil {
-				k.log.Warn("clearing leases let go failed; retrying", "err", err)
-			}
-		}
 		if len(leases) > 0 || waiting {
 			if err := k.renew(s, leases); err != nil {
-				failed = true
 				if k.background.Err() == nil {
 					k.log.Warn("renewal failed; retrying", "leases", len(leases), "failures", failures+1, "err", err)
 				}
+				failures++
+				t.Reset(backoff(failures, k.cfg.renewInterval/2))
+				continue
 			}
 		}
-		if failed {
+		failures = 0
+		t.Reset(k.cfg.renewInterval)
+	}
+}
+
+// clearLoop clears let-goes and leaves at once, and again at every interval
+// while some may still land, retrying a failure with backoff. It runs apart
+// from the renewals, so that neither waits for the other: a clear may wait
+// for a lock (a transaction that read the row), for as long as any call of
+// the Client may, while a renewal must commit within its interval; and a
+// renewal that times out must not use up the clears' turns. Each row a
+// let-go leaves live is free once a clear commits, so under a Spanner that
+// answers slowly the clears, not the renewals, get the longer deadline.
+func (k *keeper) clearLoop() {
+	defer k.loop.Done()
+	t := time.NewTimer(k.cfg.renewInterval)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-k.background.Done():
+			return
+		case <-t.C:
+		case <-k.clearKick:
+		}
+		k.mu.Lock()
+		s := k.sess
+		k.mu.Unlock()
+		if err := k.clearLetGos(s); err != nil {
+			if k.background.Err() == nil {
+				k.log.Warn("clearing leases let go failed; retrying", "err", err)
+			}
 			failures++
 			t.Reset(backoff(failures, k.cfg.renewInterval/2))
 			continue
@@ -392,7 +424,7 @@ func (k *keeper) clearLetGos(s *session) error {
 		if len(gos) == 0 && len(leaves) == 0 {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(k.background, k.cfg.renewTimeout())
+		ctx, cancel := context.WithTimeout(k.background, k.cfg.callTimeout())
 		began := time.Now()
 		owned, err := k.release(ctx, keeperLane, "spannerlock-release", s, gos, sweeps(leaves), nil)
 		cancel()
@@ -428,7 +460,7 @@ func (k *keeper) leaveLater(s *session, names []string) {
 	k.mu.Lock()
 	k.startLocked()
 	k.mu.Unlock()
-	k.wake()
+	k.wakeClear()
 }
 
 // letGoLater leaves g to the keeper, waking it.
@@ -439,7 +471,7 @@ func (k *keeper) letGoLater(s *session, g letGo) {
 	k.mu.Lock()
 	k.startLocked()
 	k.mu.Unlock()
-	k.wake()
+	k.wakeClear()
 }
 
 // deadlinePassed ends a session whose local deadline passed.

@@ -133,9 +133,10 @@ func (r *row) names(session string, k leaseKey) bool {
 //
 // The lease counts as released once Release is called. If the release
 // does not reach Spanner (Release returns its error), the Client clears
-// the row in the background, retrying at every renewal, so that others can
-// take the name within a TTL and one renewal interval (see the package
-// documentation for the one exception on Spanner).
+// the row in the background, retrying at least once per renewal interval,
+// so that others can take the name within a TTL and one renewal interval
+// (see the package documentation for when Spanner answers no clear in time,
+// and for the one exception on Spanner).
 func (l *Lease) Release(ctx context.Context) error {
 	return l.traced(ctx, "Release", false, "Release")
 }

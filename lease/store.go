@@ -75,9 +75,10 @@ func (st *store) prepare(ctx context.Context) error {
 // lane says whether a transaction waits for a turn among the caller-driven
 // ones. The Spanner client's session pool used to throttle concurrent
 // transactions; from client v1.88 multiplexed sessions do not, so the
-// Client bounds its own. The keeper runs one transaction at a time and
-// must never queue behind callers', or a burst of acquisitions could delay
-// the renewal of every lease.
+// Client bounds its own. The keeper runs at most two transactions at a
+// time (a renewal, and a clear of let-goes or leaves) and must never queue
+// behind callers', or a burst of acquisitions could delay the renewal of
+// every lease.
 type lane int
 
 const (

@@ -15,8 +15,9 @@ func completionCommand() *command {
 		synopsis: "spannerlock completion bash|zsh|fish",
 		help: `
 Prints a script that completes spannerlock's commands, subcommands, flags
-and the values of -o and --log-format in bash, zsh or fish; after --, the
-shell completes CMD as usual. Load it in the shell's start-up file.
+and the values of -o and --log-format in bash, zsh or fish; after --, CMD
+as a command and its arguments with CMD's own completion, as for sudo.
+Load it in the shell's start-up file.
 
 Examples:
   # bash (~/.bashrc):
@@ -145,9 +146,9 @@ func writeCompletion(w io.Writer, shell string, global []flagInfo, cmds []comman
 	script := completionScripts[shell]
 	if shell == "zsh" {
 		// zsh runs the bash function through bashcompinit, so that the two
-		// complete alike.
+		// complete alike, but after -- hands CMD to zsh's own completion.
 		script = "# zsh completion for spannerlock: source <(spannerlock completion zsh), after compinit\n" +
-			"autoload -U +X bashcompinit && bashcompinit\n" + completionScripts["bash"]
+			"autoload -U +X bashcompinit && bashcompinit\n" + completionScripts["bash"] + zshCompletion
 	}
 	// choices are the values a flag takes, by flag and command ("" for a
 	// global flag), for the shells that complete them in one place.
@@ -204,6 +205,27 @@ func flagNames(flags []flagInfo) string {
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// zshCompletion follows the bash function in zsh's script: after --, CMD
+// and its arguments are completed as zsh completes them on a line of their
+// own (CMD's own completion, as sudo's and nice's are), by _normal with
+// the words before CMD shifted off; before it, the bash function does.
+const zshCompletion = `_spannerlock_zsh() {
+    local i
+    for ((i = 2; i < CURRENT; i++)); do
+        case ${words[i]} in
+            --)
+                shift $i words
+                ((CURRENT -= i))
+                _normal
+                return ;;
+            {{join .ValueFlags "|"}}) ((i++)) ;;
+        esac
+    done
+    _bash_complete -o default -F _spannerlock
+}
+compdef _spannerlock_zsh spannerlock
+`
 
 var completionScripts = map[string]string{
 	// bash: the word under the cursor is completed from the command found

@@ -166,7 +166,7 @@ func (a *app) connectWithin(timeout time.Duration) (c *conn, err error) {
 	if err := reach(ctx, ep); err != nil {
 		return nil, err
 	}
-	h := &health{ep: ep}
+	h := &health{ep: ep, connected: time.Now()}
 	useEmulatorSettings()
 	logger := a.logger()
 	opts := []lease.Option{

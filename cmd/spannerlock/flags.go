@@ -69,7 +69,7 @@ func (a *app) newFlagSet(name string) *flag.FlagSet {
 		"longest wait between reads of a lease held by another process, while waiting for it (at least "+minPollInterval.String()+")")
 	durationVar(fs, &g.maxOutage, "max-outage", g.maxOutage,
 		"give up with exit status 1 once every call to Spanner has failed for want of an answer for this long "+
-			"(before Spanner first answers: "+connectTimeout.String()+"); status --watch keeps trying")
+			"(before Spanner first answers: "+connectTimeout.String()+" of connecting); status --watch keeps trying")
 	fs.BoolVar(&g.verbose, "verbose", g.verbose, "log what spannerlock does to stderr")
 	fs.Var(choiceValue{p: &g.logFormat, choices: []string{"text", "json"}}, "log-format", "`format` of what spannerlock writes on stderr: text, or json for one JSON record a line, the final error included")
 	if name == "" {

@@ -85,7 +85,13 @@ func (w *outageWatch) check(now time.Time) error {
 	}
 	limit, within := w.maxOutage, fmt.Sprintf("for %s (--max-outage)", formatDuration(w.maxOutage))
 	if !answered {
+		// Before Spanner ever answered, the time counts from connecting:
+		// an endpoint that never answers fails its first calls only when
+		// their connection's handshake times out, connectTimeout later.
 		limit, within = connectTimeout, fmt.Sprintf("within %s of connecting", formatDuration(connectTimeout))
+		if !w.h.connected.IsZero() {
+			since = w.h.connected
+		}
 	}
 	if now.Sub(since) < limit {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,6 +93,68 @@ func TestTimeoutBoundsTheConnection(t *testing.T) {
 			t.Errorf("%v against an endpoint that never answers: exit %d, stderr:\n%s\nwant exit 1, no answer within --timeout 1s", args, r.code, r.stderr)
 		}
 	}
+}
+
+// An endpoint that accepts connections and never answers on them (a
+// tunnel or a load balancer holding them open with nothing behind) fails
+// every command within connectTimeout (3s) of connecting, as the README
+// says, naming the endpoint and that it sent nothing back: not at the
+// lease's call timeout (9s at the default TTL, saying no more than "no
+// answer"), nor at gRPC's own 20s connect timeout (init took 23s).
+func TestNeverAnswersWithinConnectTimeout(t *testing.T) {
+	addr := silentListener(t)
+	envv := append(env("projects/p/instances/i/databases/d"), "SPANNER_EMULATOR_HOST="+addr)
+	for _, args := range commandsThatConnect() {
+		if slices.Contains(args, "--timeout") {
+			continue // a --timeout as short as connectTimeout may end it first, saying so
+		}
+		start := time.Now()
+		r := run(t, t.TempDir(), envv, nil, args...)
+		took := time.Since(start)
+		t.Logf("%v: exit %d after %s", args, r.code, took.Round(time.Millisecond))
+		// Only the watch for a Spanner that never answered says "within 3s
+		// of connecting", which the calls' own timeouts do not; the bound
+		// on the time leaves 12s beyond connectTimeout for starting and
+		// stopping the process on a loaded machine, and is still below
+		// gRPC's 20s, after which the watch used to say the same.
+		if r.code != exitFailure || !strings.Contains(r.stderr, "no answer from Spanner at "+addr+" (SPANNER_EMULATOR_HOST) within 3s of connecting") ||
+			!strings.Contains(r.stderr, "the endpoint accepted the connection but sent nothing back within 3s") || took > connectTimeout+12*time.Second {
+			t.Errorf("%v against an endpoint that accepts connections and never answers: exit %d after %s, stderr:\n%s\n"+
+				"want exit 1 within about 3s, no answer within 3s of connecting", args, r.code, took.Round(time.Millisecond), r.stderr)
+		}
+	}
+}
+
+// silentListener accepts connections on a loopback port and keeps them
+// open without ever writing to them, until the test ends.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return l.Addr().String()
 }
 
 // droppingListener accepts connections on a loopback port and closes them

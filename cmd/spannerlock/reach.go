@@ -14,6 +14,7 @@ import (
 
 	"cloud.google.com/go/spanner"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -21,7 +22,12 @@ import (
 // connectTimeout bounds the TCP connection spannerlock opens to Spanner's
 // endpoint before anything else, so that an endpoint where nothing listens
 // fails in seconds, saying so, instead of after the Spanner client's
-// retries (a minute and more) with a message about its session pool.
+// retries (a minute and more) with a message about its session pool. It
+// also bounds each of gRPC's connections, up to the server's HTTP/2
+// preface, which any gRPC server sends at once: an endpoint that accepts
+// connections and never answers (a load balancer or a tunnel with nothing
+// behind it) fails its calls then, not at their own deadlines (9s at the
+// default TTL) or at gRPC's 20s.
 const connectTimeout = 3 * time.Second
 
 // defaultEndpoint is where the Spanner client connects unless
@@ -72,6 +78,8 @@ func reach(ctx context.Context, ep endpoint) error {
 // which explains a timeout better than the deadline the client reports.
 type health struct {
 	ep endpoint
+	// connected is when the connection to the endpoint was opened.
+	connected time.Time
 
 	mu sync.Mutex
 	// failingSince is when the first call failed for want of an answer
@@ -96,7 +104,13 @@ func (h *health) observe(method string, err error) {
 		if h.failingSince.IsZero() {
 			h.failingSince = time.Now()
 		}
-		h.lastFailure = fmt.Sprintf("%s: %s: %s", method[strings.LastIndex(method, "/")+1:], s.Code(), s.Message())
+		msg := s.Message()
+		if strings.Contains(msg, "error reading server preface") && strings.Contains(msg, "use of closed network connection") {
+			// gRPC closed the connection at connectTimeout (see dialOptions).
+			msg = fmt.Sprintf("the endpoint accepted the connection but sent nothing back within %s (no gRPC handshake)",
+				formatDuration(connectTimeout))
+		}
+		h.lastFailure = fmt.Sprintf("%s: %s: %s", method[strings.LastIndex(method, "/")+1:], s.Code(), msg)
 	default:
 		// An answer, even an error, means Spanner is there.
 		h.failingSince, h.answered = time.Time{}, true
@@ -112,9 +126,11 @@ func (h *health) failing() (since time.Time, last string, answered, failing bool
 	return h.failingSince, h.lastFailure, h.answered, !h.failingSince.IsZero()
 }
 
-// dialOptions make every RPC report to h.
+// dialOptions make every RPC report to h, and bound each connection's
+// handshake by connectTimeout.
 func (h *health) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 			invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoker(ctx, method, req, reply, cc, opts...)

@@ -319,7 +319,7 @@ func (c *Client) untilBornShare(ctx context.Context, s *session, leases []*Lease
 func (c *Client) registerAll(t target, s *session, gs []grant, cfg acquireConfig) ([]*Lease, error) {
 	leases := make([]*Lease, 0, len(gs))
 	for _, g := range gs {
-		l := newLease(c, s, t, g, cfg.payload)
+		l := newLease(c, s, t.kind(), g, cfg.payload)
 		if !c.register(t, l) {
 			c.giveBack(l)
 			for _, l := range leases {

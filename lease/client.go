@@ -38,15 +38,6 @@ type Client struct {
 	known map[string]struct{}
 }
 
-// nameState is what this Client is doing with one lock name. A Client runs
-// at most one acquisition per name at a time and holds a name at most once.
-type nameState struct {
-	acquiring bool
-	held      *Lease
-	// changed is closed when the name stops being acquired or held here.
-	changed chan struct{}
-}
-
 // NewClient returns a Client for the lock table named table in db. It does no
 // I/O; create the table first with Terraform (spannerlock_table) or DDL.
 // It rejects a TTL below 1s and a renew interval above TTL/3.
@@ -168,40 +159,6 @@ func (c *Client) Close() error {
 		return fmt.Errorf("lease: Close: releasing %s (they expire within %s): %w", counted(len(held), "lease"), c.cfg.ttl, c.st.explain(err))
 	}
 	return nil
-}
-
-// forget drops an ended lease from the Client and wakes local waiters.
-func (c *Client) forget(l *Lease) {
-	c.keeper.forget(l)
-	if l.kind != kindLock {
-		return // a Client may hold several permits of a semaphore or pool
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st := c.names[l.name]; st != nil && st.held == l {
-		st.held = nil
-		c.settle(l.name, st)
-	}
-}
-
-// state returns the state of name, creating it.
-func (c *Client) state(name string) *nameState {
-	st := c.names[name]
-	if st == nil {
-		st = &nameState{changed: make(chan struct{})}
-		c.names[name] = st
-	}
-	return st
-}
-
-// settle records that name is neither acquiring nor held here any more if
-// that is so, and wakes this Client's waiters for it.
-func (c *Client) settle(name string, st *nameState) {
-	if !st.acquiring && st.held == nil {
-		delete(c.names, name)
-	}
-	close(st.changed)
-	st.changed = make(chan struct{})
 }
 
 // isClosed reports whether Close was called.

@@ -343,4 +343,34 @@
 // (TTL/10), nor step back at all, while it holds the ID: a release records
 // the wall clock at that moment, which a backward step would put before IDs
 // already issued. Slewing (NTP's gradual correction) is not a step.
+//
+// # Structure
+//
+// The package is built in layers, and a file calls no function or method
+// of a later layer than its own: a lease's life reads from the bottom up,
+// and what a layer does never depends on who uses it. Files of one layer
+// may call each other. TestFilesCallOnlyDownward reads this list and checks
+// it, file by file.
+//
+//  1. Foundations (options.go, errors.go, telemetry.go and backoff.go):
+//     configuration, errors, metrics and spans, and the pacing of retries.
+//  2. Statements and rows (sql.go, row.go, store.go, transactions.go,
+//     holders_old.go and signal.go): every statement in both dialects,
+//     the rows and lines they read, every read-write transaction with the
+//     rows it reads and writes, and the wake-ups between the Clients of
+//     one process.
+//  3. Session and renewal (session.go, keeper.go, lease.go and renew.go):
+//     a Client's session and its local deadline, the leases that name it
+//     and their Contexts, and the keeper's loop that renews them all.
+//  4. The line (line.go): a name's waiters in order, which of them are
+//     live and may take a free name, and a grant's life once its
+//     acquiring transaction has taken it: leaving the line, letting go,
+//     and clearing in the background what a release could not.
+//  5. The acquisition pipeline (target.go, acquire.go, wait.go,
+//     release.go, acquireall.go and permit.go): what each kind of target
+//     takes in its transaction, attempts and their unknown outcomes,
+//     waiting in line, registering what was acquired, and Release.
+//  6. The Client and what it offers (client.go, semaphore.go, election.go,
+//     runonce.go, jobs.go, workerid.go, forcerelease.go, observe.go,
+//     holder.go and sqltx.go).
 package lease

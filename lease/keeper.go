@@ -44,7 +44,10 @@ type keeper struct {
 	sess    *session
 	leases  map[*Lease]struct{}
 	running bool
-	loop    sync.WaitGroup
+	// clearing is whether the clearing loop (line.go) runs: from the first
+	// let-go or leave left to the keeper until close.
+	clearing bool
+	loop     sync.WaitGroup
 	// places are, by name, the places in line of this Client's callers
 	// that wait: the session must live while they wait, leases or not, and
 	// an entry of this Client's that is not among them is one nobody waits
@@ -228,9 +231,8 @@ func (k *keeper) startLocked() {
 		return
 	}
 	k.running = true
-	k.loop.Add(2)
+	k.loop.Add(1)
 	go k.run()
-	go k.clearLoop()
 }
 
 func (k *keeper) wake() { nudge(k.kick) }
@@ -251,42 +253,25 @@ func nudge(c chan struct{}) {
 // ends a lease early. An idle session is left to expire: the next
 // acquisition renews it, or starts a new one.
 func (k *keeper) run() {
-	defer k.loop.Done()
-	t := time.NewTimer(k.cfg.renewInterval)
-	defer t.Stop()
-	failures := 0
-	for {
-		select {
-		case <-k.background.Done():
-			return
-		case <-t.C:
-		case <-k.kick:
-		}
+	k.repeat(k.kick, func(failures int) error {
 		s, leases, waiting := k.work()
-		if len(leases) > 0 || waiting {
-			if err := k.renew(s, leases); err != nil {
-				if k.background.Err() == nil {
-					k.log.Warn("renewal failed; retrying", "leases", len(leases), "failures", failures+1, "err", err)
-				}
-				failures++
-				t.Reset(backoff(failures, k.cfg.renewInterval/2))
-				continue
-			}
+		if len(leases) == 0 && !waiting {
+			return nil
 		}
-		failures = 0
-		t.Reset(k.cfg.renewInterval)
-	}
+		err := k.renew(s, leases)
+		if err != nil && k.background.Err() == nil {
+			k.log.Warn("renewal failed; retrying", "leases", len(leases), "failures", failures+1, "err", err)
+		}
+		return err
+	})
 }
 
-// clearLoop clears let-goes and leaves at once, and again at every interval
-// while some may still land, retrying a failure with backoff. It runs apart
-// from the renewals, so that neither waits for the other: a clear may wait
-// for a lock (a transaction that read the row), for as long as any call of
-// the Client may, while a renewal must commit within its interval; and a
-// renewal that times out must not use up the clears' turns. Each row a
-// let-go leaves live is free once a clear commits, so under a Spanner that
-// answers slowly the clears, not the renewals, get the longer deadline.
-func (k *keeper) clearLoop() {
+// repeat runs step once per renewal interval, and at once when kick is
+// signalled, until close; after a failure it runs step again with backoff,
+// from half an interval, passing the failures in a row so far. It is the
+// loop of each of the keeper's background tasks (run, clearLoop), which run
+// apart so that neither waits for the other.
+func (k *keeper) repeat(kick <-chan struct{}, step func(failures int) error) {
 	defer k.loop.Done()
 	t := time.NewTimer(k.cfg.renewInterval)
 	defer t.Stop()
@@ -296,15 +281,9 @@ func (k *keeper) clearLoop() {
 		case <-k.background.Done():
 			return
 		case <-t.C:
-		case <-k.clearKick:
+		case <-kick:
 		}
-		k.mu.Lock()
-		s := k.sess
-		k.mu.Unlock()
-		if err := k.clearLetGos(s); err != nil {
-			if k.background.Err() == nil {
-				k.log.Warn("clearing leases let go failed; retrying", "err", err)
-			}
+		if err := step(failures); err != nil {
 			failures++
 			t.Reset(backoff(failures, k.cfg.renewInterval/2))
 			continue
@@ -411,67 +390,6 @@ func (k *keeper) renew(s *session, leases []*Lease) error {
 		}
 	}
 	return nil
-}
-
-// clearLetGos clears, in transactions of their own, the rows of leases let
-// go whose release did not reach Spanner. A let-go is dropped once a clear
-// committed after the moment no earlier transaction can still land
-// (until): by then its row is cleared, or never named the lease.
-func (k *keeper) clearLetGos(s *session) error {
-	for {
-		gos := s.pendingLetGos(maxSyncBatch)
-		leaves := s.takeLeaves(maxSyncBatch)
-		if len(gos) == 0 && len(leaves) == 0 {
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(k.background, k.cfg.callTimeout())
-		began := time.Now()
-		owned, err := k.release(ctx, keeperLane, "spannerlock-release", s, gos, sweeps(leaves), nil)
-		cancel()
-		if err != nil {
-			s.addLeaves(leaves)
-			return k.st.explain(err)
-		}
-		waiting := false
-		for _, g := range gos {
-			if _, ok := owned[g.leaseKey]; ok {
-				k.log.Debug("released in the background", "name", g.name, "slot", g.slot, "token", g.token)
-				announceRelease(k.st.signalKey(g.name))
-			}
-			if began.After(g.until) {
-				s.dropLetGo(g)
-			} else {
-				waiting = true
-			}
-		}
-		if waiting || len(gos) == 0 {
-			// Some may still land: look again after the next interval.
-			return nil
-		}
-	}
-}
-
-// leaveLater leaves to the keeper the removal from names' lines of s's
-// entries that no caller waits in, waking it.
-func (k *keeper) leaveLater(s *session, names []string) {
-	if !s.addLeaves(names) {
-		return
-	}
-	k.mu.Lock()
-	k.startLocked()
-	k.mu.Unlock()
-	k.wakeClear()
-}
-
-// letGoLater leaves g to the keeper, waking it.
-func (k *keeper) letGoLater(s *session, g letGo) {
-	if !s.addLetGo(g) {
-		return // the session ended: its rows expire with it
-	}
-	k.mu.Lock()
-	k.startLocked()
-	k.mu.Unlock()
-	k.wakeClear()
 }
 
 // deadlinePassed ends a session whose local deadline passed.

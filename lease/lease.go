@@ -50,9 +50,9 @@ type Lease struct {
 	lossReported bool
 }
 
-func newLease(c *Client, s *session, t target, g grant, payload []byte) *Lease {
+func newLease(c *Client, s *session, kind string, g grant, payload []byte) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{c: c, sess: s, name: g.name, kind: t.kind(), slot: g.slot, token: g.token, grant: g.id, payload: payload,
+	return &Lease{c: c, sess: s, name: g.name, kind: kind, slot: g.slot, token: g.token, grant: g.id, payload: payload,
 		acquiredAt: g.acquiredAt, notBefore: g.notBefore, ctx: ctx, cancel: cancel}
 }
 
@@ -268,26 +268,45 @@ func (l *Lease) named(ctx context.Context, txn *spanner.ReadWriteTransaction) (b
 	return token == l.token && sessionID.StringVal == l.sess.id, nil
 }
 
-// outsideTransaction returns a context with ctx's deadline and cancellation
-// but none of its values: the Spanner client refuses a read under a context
-// that carries a read-write transaction, taking it for a nested one. It is
-// ctx itself with its values hidden, so it ends when ctx does and says why
-// as ctx says: DeadlineExceeded at ctx's deadline. (A copy with a deadline
-// of its own that also cancelled itself when ctx ended raced the two, and
-// said Canceled about a quarter of the time, which callers took for an
-// RPC cancelled by something between them and Spanner.) The CancelFunc
-// does nothing; it is kept so that callers release it as any other.
-func outsideTransaction(ctx context.Context) (context.Context, context.CancelFunc) {
-	return withoutValues{ctx}, func() {}
+// nameState is what this Client is doing with one lock name. A Client runs
+// at most one acquisition per name at a time and holds a name at most once.
+type nameState struct {
+	acquiring bool
+	held      *Lease
+	// changed is closed when the name stops being acquired or held here.
+	changed chan struct{}
 }
 
-// withoutValues is a context with its values hidden.
-type withoutValues struct{ context.Context }
+// forget drops an ended lease from the Client and wakes local waiters.
+func (c *Client) forget(l *Lease) {
+	c.keeper.forget(l)
+	if l.kind != kindLock {
+		return // a Client may hold several permits of a semaphore or pool
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.names[l.name]; st != nil && st.held == l {
+		st.held = nil
+		c.settle(l.name, st)
+	}
+}
 
-func (withoutValues) Value(any) any { return nil }
+// state returns the state of name, creating it.
+func (c *Client) state(name string) *nameState {
+	st := c.names[name]
+	if st == nil {
+		st = &nameState{changed: make(chan struct{})}
+		c.names[name] = st
+	}
+	return st
+}
 
-// AfterFunc lets a context derived from this one (the bound of a read)
-// follow ctx through context.AfterFunc rather than a goroutine of its own.
-func (c withoutValues) AfterFunc(f func()) (stop func() bool) {
-	return context.AfterFunc(c.Context, f)
+// settle records that name is neither acquiring nor held here any more if
+// that is so, and wakes this Client's waiters for it.
+func (c *Client) settle(name string, st *nameState) {
+	if !st.acquiring && st.held == nil {
+		delete(c.names, name)
+	}
+	close(st.changed)
+	st.changed = make(chan struct{})
 }

@@ -53,93 +53,6 @@ type waiterRow struct {
 // Modes of a waiter (the waiters table's mode column); NULL is a writer.
 const modeShared = "shared"
 
-// line is what decides who may hold one name.
-type line struct {
-	name    string
-	row     row // found == false when the name has no row yet
-	permits []row
-	waiters []waiterRow
-}
-
-// state is the line of a semaphore or pool, for slotTarget.plan.
-func (l *line) state() semaphoreState {
-	return semaphoreState{name: l.name, found: l.row.found, kind: l.row.kind, permits: l.row.permitsLimit,
-		next: l.row.token, slots: l.permits}
-}
-
-// readLines reads the lines of names, in a transaction (no session is
-// read: the rows' live fields are left for attempt.holdersLive) or, with
-// q a single-use read and outside set, with Spanner's verdict on every
-// session.
-func readLines(ctx context.Context, q querier, sql statements, names []string, outside bool) (map[string]*line, error) {
-	lines := make(map[string]*line, len(names))
-	for _, n := range names {
-		lines[n] = &line{name: n, row: row{name: n, slot: lockSlot}}
-	}
-	stmt := sql.lineInTx
-	if outside {
-		stmt = sql.lineOutside
-	}
-	err := q.Query(ctx, stmt.bind(map[string]any{"names": names})).Do(func(sr *spanner.Row) error {
-		var (
-			part, name           string
-			slot, token, permits spanner.NullInt64
-			grant, holder, sess  spanner.NullString
-			acquired             spanner.NullTime
-			payload              []byte
-			kind, mode, group    spanner.NullString
-			completed            bool
-			attempts             spanner.NullInt64
-			highWater, enqueued  spanner.NullTime
-			live                 bool
-			renewed, expires     spanner.NullTime
-			sessionHighWater     spanner.NullTime
-			now                  time.Time
-		)
-		cols := []any{&part, &name, &slot, &token, &grant, &holder, &sess, &acquired, &payload, &kind, &permits,
-			&completed, &attempts, &highWater, &enqueued, &mode, &group}
-		if outside {
-			cols = append(cols, &live, &renewed, &expires, &sessionHighWater, &now)
-		}
-		if err := sr.Columns(cols...); err != nil {
-			return err
-		}
-		l := lines[name]
-		if l == nil {
-			return nil
-		}
-		r := row{name: name, found: true, rowName: spanner.NullString{StringVal: name, Valid: true}, token: token,
-			grant: grant, holderID: holder, sessionID: sess, acquired: acquired, payload: payload,
-			live: live, renewed: renewed, expires: expires, sessionHighWater: sessionHighWater, now: now}
-		switch part {
-		case "row":
-			r.slot, r.kind, r.permitsLimit, r.completed, r.attempts = lockSlot, kind, permits, completed, attempts
-			l.row = r
-		case "permit":
-			r.slot, r.highWater, r.parentKind = slot.Int64, highWater, l.row.kind
-			l.permits = append(l.permits, r)
-		case "waiter":
-			w := waiterRow{name: name, key: queueKey{at: enqueued.Time, session: sess.StringVal}, holder: holder,
-				shared: mode.StringVal == modeShared, payload: payload, live: live}
-			if group.Valid {
-				if err := json.Unmarshal([]byte(group.StringVal), &w.group); err != nil {
-					return err
-				}
-			}
-			l.waiters = append(l.waiters, w)
-		}
-		return nil
-	})
-	// Permit rows were read before their parent kind was known when the
-	// parts came in another order.
-	for _, l := range lines {
-		for i := range l.permits {
-			l.permits[i].parentKind = l.row.kind
-		}
-	}
-	return lines, err
-}
-
 // enqueue is the write that puts a waiter for names in line: one entry per
 // name, all stamped with the commit timestamp.
 func (st *store) enqueue(names []string, session, holderID string, shared bool, payload []byte) ([]*spanner.Mutation, error) {
@@ -375,4 +288,209 @@ func (j judge) resolve(ctx context.Context, lines map[string]*line, which judged
 		}
 	}
 	return nil
+}
+
+// leaseKey identifies one acquisition: a lock (slot lockSlot) or a slot of a
+// semaphore or worker pool, with its token.
+type leaseKey struct {
+	name  string
+	slot  int64
+	token int64
+	// grant is the acquisition's grant ID, written in its row: unique to
+	// it, where a token may be given again after an acquisition that never
+	// landed.
+	grant string
+}
+
+// letGo is a lease whose owner let go: its row is cleared if it still names
+// the lease's session and token. A RunOnce completion also records the slot
+// as done.
+type letGo struct {
+	leaseKey
+	complete bool
+	// mark is, for a worker ID, when its holder stopped using it (by this
+	// process's wall clock), recorded for the next holder to wait past;
+	// zero keeps the row's mark.
+	mark time.Time
+	// until is when a transaction whose outcome is unknown (an acquisition
+	// that may still land and name the session) can no longer commit; the
+	// keeper looks at the row until then. Zero for a release.
+	until time.Time
+}
+
+// clear is the write that lets g go; the let-go transaction made sure the
+// row still names g's session and token.
+func (g letGo) clear(sql statements) *spanner.Mutation {
+	if g.slot == lockSlot {
+		// The row keeps its token, so the next acquisition continues the sequence.
+		cols, vals := []string{"name", "session_id"}, []any{g.name, nil}
+		if g.complete {
+			cols, vals = append(cols, "completed_at"), append(vals, spanner.CommitTimestamp)
+		}
+		return spanner.Update(sql.table, cols, vals)
+	}
+	cols, vals := []string{"name", "slot", "session_id"}, []any{g.name, g.slot, nil}
+	if !g.mark.IsZero() {
+		cols, vals = append(cols, "high_water"), append(vals, g.mark)
+	}
+	return spanner.Update(sql.permits, cols, vals)
+}
+
+// release is the let-go transaction (reads the lines of the names it
+// touches: their rows, permit rows and waiters; writes the rows it clears
+// and the waiters it takes out). It clears the rows of gos that still name
+// s with their keys; takes out of the lines the entries of leaves, and
+// every dead waiter of the lines it reads (line.go); and writes the
+// sessions in expire as expired. It never writes a row naming another
+// session: a freed name is taken by the first live waiters of its line,
+// each in a transaction of its own. It returns the let-goes it found held,
+// which it cleared.
+func (k *keeper) release(ctx context.Context, ln lane, tag string, s *session, gos []letGo, leaves []leave, expire []string) (map[leaseKey]bool, error) {
+	var names []string
+	for _, g := range gos {
+		names = append(names, g.name)
+	}
+	for _, lv := range leaves {
+		names = append(names, lv.name)
+	}
+	names = sortedNames(names)
+	var owned map[leaseKey]bool
+	_, err := k.st.transact(ctx, ln, tag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
+		owned = map[leaseKey]bool{}
+		var writes []*spanner.Mutation
+		lines := map[string]*line{}
+		if len(names) > 0 {
+			var err error
+			if lines, err = readLines(ctx, tx, k.st.sql, names, false); err != nil {
+				return nil, err
+			}
+		}
+		for _, g := range gos {
+			if r := lines[g.name].holding(g.slot); r != nil && r.names(s.id, g.leaseKey) {
+				owned[g.leaseKey] = true
+				writes = append(writes, g.clear(k.st.sql))
+			}
+		}
+		out, err := k.leavers(ctx, s, lines, leaves)
+		if err != nil {
+			return nil, err
+		}
+		writes = append(writes, out...)
+		for _, id := range expire {
+			writes = append(writes, k.st.sql.sessionTombstone(id, k.cfg.holderID))
+		}
+		return writes, nil
+	})
+	return owned, err
+}
+
+// holding returns the row of slot in l: the lock row for lockSlot, else
+// the permit row; nil when l is nil or there is none.
+func (l *line) holding(slot int64) *row {
+	if l == nil {
+		return nil
+	}
+	if slot == lockSlot {
+		return &l.row
+	}
+	for i := range l.permits {
+		if l.permits[i].slot == slot {
+			return &l.permits[i]
+		}
+	}
+	return nil
+}
+
+// names reports whether r still names the lease with key k of session.
+func (r *row) names(session string, k leaseKey) bool {
+	return r.sessionID.StringVal == session && r.token.Int64 == k.token && r.grant.StringVal == k.grant
+}
+
+// clearLoop clears let-goes and leaves at once, and again at every interval
+// while some may still land, retrying a failure with backoff. It runs apart
+// from the renewals, so that neither waits for the other: a clear may wait
+// for a lock (a transaction that read the row), for as long as any call of
+// the Client may, while a renewal must commit within its interval; and a
+// renewal that times out must not use up the clears' turns. Each row a
+// let-go leaves live is free once a clear commits, so under a Spanner that
+// answers slowly the clears, not the renewals, get the longer deadline.
+func (k *keeper) clearLoop() {
+	k.repeat(k.clearKick, func(int) error {
+		k.mu.Lock()
+		s := k.sess
+		k.mu.Unlock()
+		err := k.clearLetGos(s)
+		if err != nil && k.background.Err() == nil {
+			k.log.Warn("clearing leases let go failed; retrying", "err", err)
+		}
+		return err
+	})
+}
+
+// clearLater starts the clearing loop unless it runs or the keeper is
+// closed (Close clears what is left itself), and wakes it.
+func (k *keeper) clearLater() {
+	k.mu.Lock()
+	if !k.clearing && !k.closed {
+		k.clearing = true
+		k.loop.Add(1)
+		go k.clearLoop()
+	}
+	k.mu.Unlock()
+	k.wakeClear()
+}
+
+// clearLetGos clears, in transactions of their own, the rows of leases let
+// go whose release did not reach Spanner. A let-go is dropped once a clear
+// committed after the moment no earlier transaction can still land
+// (until): by then its row is cleared, or never named the lease.
+func (k *keeper) clearLetGos(s *session) error {
+	for {
+		gos := s.pendingLetGos(maxSyncBatch)
+		leaves := s.takeLeaves(maxSyncBatch)
+		if len(gos) == 0 && len(leaves) == 0 {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(k.background, k.cfg.callTimeout())
+		began := time.Now()
+		owned, err := k.release(ctx, keeperLane, "spannerlock-release", s, gos, sweeps(leaves), nil)
+		cancel()
+		if err != nil {
+			s.addLeaves(leaves)
+			return k.st.explain(err)
+		}
+		waiting := false
+		for _, g := range gos {
+			if _, ok := owned[g.leaseKey]; ok {
+				k.log.Debug("released in the background", "name", g.name, "slot", g.slot, "token", g.token)
+				announceRelease(k.st.signalKey(g.name))
+			}
+			if began.After(g.until) {
+				s.dropLetGo(g)
+			} else {
+				waiting = true
+			}
+		}
+		if waiting || len(gos) == 0 {
+			// Some may still land: look again after the next interval.
+			return nil
+		}
+	}
+}
+
+// leaveLater leaves to the keeper the removal from names' lines of s's
+// entries that no caller waits in, waking it.
+func (k *keeper) leaveLater(s *session, names []string) {
+	if !s.addLeaves(names) {
+		return
+	}
+	k.clearLater()
+}
+
+// letGoLater leaves g to the keeper, waking it.
+func (k *keeper) letGoLater(s *session, g letGo) {
+	if !s.addLetGo(g) {
+		return // the session ended: its rows expire with it
+	}
+	k.clearLater()
 }

@@ -2,7 +2,9 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -277,4 +279,114 @@ func querySessions(ctx context.Context, q querier, sql statements, ids []string)
 		return nil
 	})
 	return out, err
+}
+
+// notASemaphore says that a name belongs to a lock or a worker pool.
+func notASemaphore(name string, kind spanner.NullString) error {
+	return fmt.Errorf("%w: %q is %s, not a semaphore: choose another name", ErrWrongKind, name, describeKind(kind))
+}
+
+func describeKind(kind spanner.NullString) string {
+	switch kind.StringVal {
+	case kindSemaphore:
+		return "a semaphore"
+	case kindWorkers:
+		return "a worker-ID pool"
+	}
+	return "a lock"
+}
+
+// line is what decides who may hold one name.
+type line struct {
+	name    string
+	row     row // found == false when the name has no row yet
+	permits []row
+	waiters []waiterRow
+}
+
+// state is the line of a semaphore or pool, for slotTarget.plan.
+func (l *line) state() semaphoreState {
+	return semaphoreState{name: l.name, found: l.row.found, kind: l.row.kind, permits: l.row.permitsLimit,
+		next: l.row.token, slots: l.permits}
+}
+
+// readLines reads the lines of names, in a transaction (no session is
+// read: the rows' live fields are left for attempt.holdersLive) or, with
+// q a single-use read and outside set, with Spanner's verdict on every
+// session.
+func readLines(ctx context.Context, q querier, sql statements, names []string, outside bool) (map[string]*line, error) {
+	lines := make(map[string]*line, len(names))
+	for _, n := range names {
+		lines[n] = &line{name: n, row: row{name: n, slot: lockSlot}}
+	}
+	stmt := sql.lineInTx
+	if outside {
+		stmt = sql.lineOutside
+	}
+	err := q.Query(ctx, stmt.bind(map[string]any{"names": names})).Do(func(sr *spanner.Row) error {
+		var (
+			part, name           string
+			slot, token, permits spanner.NullInt64
+			grant, holder, sess  spanner.NullString
+			acquired             spanner.NullTime
+			payload              []byte
+			kind, mode, group    spanner.NullString
+			completed            bool
+			attempts             spanner.NullInt64
+			highWater, enqueued  spanner.NullTime
+			live                 bool
+			renewed, expires     spanner.NullTime
+			sessionHighWater     spanner.NullTime
+			now                  time.Time
+		)
+		cols := []any{&part, &name, &slot, &token, &grant, &holder, &sess, &acquired, &payload, &kind, &permits,
+			&completed, &attempts, &highWater, &enqueued, &mode, &group}
+		if outside {
+			cols = append(cols, &live, &renewed, &expires, &sessionHighWater, &now)
+		}
+		if err := sr.Columns(cols...); err != nil {
+			return err
+		}
+		l := lines[name]
+		if l == nil {
+			return nil
+		}
+		r := row{name: name, found: true, rowName: spanner.NullString{StringVal: name, Valid: true}, token: token,
+			grant: grant, holderID: holder, sessionID: sess, acquired: acquired, payload: payload,
+			live: live, renewed: renewed, expires: expires, sessionHighWater: sessionHighWater, now: now}
+		switch part {
+		case "row":
+			r.slot, r.kind, r.permitsLimit, r.completed, r.attempts = lockSlot, kind, permits, completed, attempts
+			l.row = r
+		case "permit":
+			r.slot, r.highWater, r.parentKind = slot.Int64, highWater, l.row.kind
+			l.permits = append(l.permits, r)
+		case "waiter":
+			w := waiterRow{name: name, key: queueKey{at: enqueued.Time, session: sess.StringVal}, holder: holder,
+				shared: mode.StringVal == modeShared, payload: payload, live: live}
+			if group.Valid {
+				if err := json.Unmarshal([]byte(group.StringVal), &w.group); err != nil {
+					return err
+				}
+			}
+			l.waiters = append(l.waiters, w)
+		}
+		return nil
+	})
+	// Permit rows were read before their parent kind was known when the
+	// parts came in another order.
+	for _, l := range lines {
+		for i := range l.permits {
+			l.permits[i].parentKind = l.row.kind
+		}
+	}
+	return lines, err
+}
+
+// sortedNames returns names without duplicates, in order: an AcquireAll
+// takes the same set however it is spelled.
+func sortedNames(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

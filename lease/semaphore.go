@@ -123,18 +123,3 @@ func (c *Client) Semaphore(ctx context.Context, name string) (Semaphore, error) 
 	}
 	return out, nil
 }
-
-// notASemaphore says that a name belongs to a lock or a worker pool.
-func notASemaphore(name string, kind spanner.NullString) error {
-	return fmt.Errorf("%w: %q is %s, not a semaphore: choose another name", ErrWrongKind, name, describeKind(kind))
-}
-
-func describeKind(kind spanner.NullString) string {
-	switch kind.StringVal {
-	case kindSemaphore:
-		return "a semaphore"
-	case kindWorkers:
-		return "a worker-ID pool"
-	}
-	return "a lock"
-}

@@ -102,17 +102,9 @@ func (s *session) write(r role, holderID string, sql statements, sent time.Time)
 			[]string{"session_id", "holder_id", "ttl_ms", "renewed_at", "high_water"},
 			[]any{s.id, holderID, s.cfg.ttl.Milliseconds(), spanner.CommitTimestamp, s.cfg.markFrom(sent)})
 	case joinRefresh:
-		return s.renewal(sql, sent)
+		return sql.sessionRenewal(s.id, s.cfg.markFrom(sent))
 	}
 	return nil
-}
-
-// renewal is the blind write that extends a session from a transaction
-// begun at sent: its new renewed_at, and the latest moment its worker IDs
-// may be used. It fails with NOT_FOUND if the row is gone.
-func (s *session) renewal(sql statements, sent time.Time) *spanner.Mutation {
-	return spanner.Update(sql.sessions, []string{"session_id", "renewed_at", "high_water"},
-		[]any{s.id, spanner.CommitTimestamp, s.cfg.markFrom(sent)})
 }
 
 // confirm records that a transaction in role r, begun at sent, committed at

@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"regexp"
+	"time"
 
 	"cloud.google.com/go/spanner"
 
@@ -295,4 +296,12 @@ func lineQuery(q dialect, t, p, w, sessions string) string {
 func (st statements) sessionTombstone(id, holderID string) *spanner.Mutation {
 	return spanner.InsertOrUpdate(st.sessions, []string{"session_id", "holder_id", "ttl_ms", "renewed_at"},
 		[]any{id, holderID, -MaxTTL.Milliseconds(), spanner.CommitTimestamp})
+}
+
+// sessionRenewal is the blind write that extends a session: its new
+// renewed_at, and mark, the latest moment its worker IDs may be used. It
+// fails with NOT_FOUND if the row is gone.
+func (st statements) sessionRenewal(id string, mark time.Time) *spanner.Mutation {
+	return spanner.Update(st.sessions, []string{"session_id", "renewed_at", "high_water"},
+		[]any{id, spanner.CommitTimestamp, mark})
 }

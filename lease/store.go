@@ -269,3 +269,27 @@ const connClosingMessage = "the client connection is closing"
 func connClosing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), connClosingMessage)
 }
+
+// outsideTransaction returns a context with ctx's deadline and cancellation
+// but none of its values: the Spanner client refuses a read under a context
+// that carries a read-write transaction, taking it for a nested one. It is
+// ctx itself with its values hidden, so it ends when ctx does and says why
+// as ctx says: DeadlineExceeded at ctx's deadline. (A copy with a deadline
+// of its own that also cancelled itself when ctx ended raced the two, and
+// said Canceled about a quarter of the time, which callers took for an
+// RPC cancelled by something between them and Spanner.) The CancelFunc
+// does nothing; it is kept so that callers release it as any other.
+func outsideTransaction(ctx context.Context) (context.Context, context.CancelFunc) {
+	return withoutValues{ctx}, func() {}
+}
+
+// withoutValues is a context with its values hidden.
+type withoutValues struct{ context.Context }
+
+func (withoutValues) Value(any) any { return nil }
+
+// AfterFunc lets a context derived from this one (the bound of a read)
+// follow ctx through context.AfterFunc rather than a goroutine of its own.
+func (c withoutValues) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(c.Context, f)
+}

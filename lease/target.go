@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -502,14 +501,6 @@ func (c *Client) noteSessions(l *line) {
 			c.keeper.dead.add(w.key.session)
 		}
 	}
-}
-
-// sortedNames returns names without duplicates, in order: an AcquireAll
-// takes the same set however it is spelled.
-func sortedNames(names []string) []string {
-	out := slices.Clone(names)
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // allPermitsHeld is the ErrNotAcquired of a semaphore whose n permits are

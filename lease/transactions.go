@@ -151,7 +151,7 @@ func (st *store) renew(ctx context.Context, s *session, keys []leaseKey, readCtx
 	ts, err := st.transact(ctx, keeperLane, renewTag, func(ctx context.Context, tx *spanner.ReadWriteTransaction) ([]*spanner.Mutation, error) {
 		out.sent = time.Now()
 		err := tx.Query(ctx, spanner.Statement{SQL: "SELECT 1"}).Do(func(*spanner.Row) error { return nil })
-		return []*spanner.Mutation{s.renewal(st.sql, out.sent)}, err
+		return []*spanner.Mutation{st.sql.sessionRenewal(s.id, s.cfg.markFrom(out.sent))}, err
 	})
 	switch {
 	case isRowNotFound(err):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -147,13 +146,3 @@ func (w *waiter) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Du
 // expiryGrace lets Spanner's clock pass a holder's expiry before we look,
 // so a waiter polls once per expiry rather than just before it.
 const expiryGrace = 5 * time.Millisecond
-
-// backoff grows from 25ms to limit, jittered upwards so that waiters spread
-// out without ever polling more often than once per limit.
-func backoff(attempt int, limit time.Duration) time.Duration {
-	d := limit
-	if attempt < 16 {
-		d = min(limit, 25*time.Millisecond<<attempt)
-	}
-	return d + time.Duration(rand.Int64N(int64(d/4)+1))
-}

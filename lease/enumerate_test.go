@@ -729,8 +729,8 @@ func checkDeadlines(h *harness) {
 // slower, and a read that began after the bound can see only what Spanner
 // held after it. The package promises this only while Spanner answers the
 // Client's clears within their deadlines: a clear that Spanner itself did
-// not answer in time or aborted (a loaded machine, no fault of the case)
-// moves the bound to when it failed, since the row is free only once a
+// not answer in time (a loaded machine, no fault of the case) moves the
+// bound to when it ran out, since the row is free only once a
 // clear commits.
 func checkLetGo(h *harness, opEnd time.Time) {
 	const slack = 100 * time.Millisecond
@@ -756,7 +756,7 @@ func checkLetGo(h *harness, opEnd time.Time) {
 			if locked := h.model.lockedUntil(rowOf(hd)); locked.After(from) {
 				from = locked
 			}
-			if slow := h.f.lastSpannerFailure(clearTag); slow.After(from) {
+			if slow := h.f.lastClearTimeout(); slow.After(from) {
 				from = slow
 			}
 			if bound := from.Add(enumTTL + enumTTL/3 + slack); sent.After(bound) {

@@ -105,39 +105,31 @@ type faults struct {
 	// model, when set, models Spanner's locks across the spanner Clients
 	// that share it (lockmodel_test.go).
 	model *lockModel
-	// spannerFailed is, by transaction tag, when an RPC with no fault
-	// planned and no lock-model wait last failed on Spanner's side: its
-	// deadline ran out before Spanner answered, or Spanner aborted it (the
-	// emulator's one-at-a-time rule). It is what a loaded machine does to
-	// a call, which no fault explains.
-	spannerFailed map[string]time.Time
+	// clearTimedOut is when a release or background clear (clearTag) with
+	// no fault planned and no lock-model wait last ran out of its deadline
+	// before Spanner answered: what a loaded machine does to a call, which
+	// no fault of the case explains. An abort is retried within the
+	// attempt, so only the attempt's end counts.
+	clearTimedOut time.Time
 }
 
-// noteAnswer records an RPC that failed on Spanner's side (see
-// spannerFailed).
+// noteAnswer records a clear that ran out of its deadline on Spanner's side
+// (see clearTimedOut).
 func (f *faults) noteAnswer(r rpc, k fault, err error) {
-	if k != pass || err == nil || err == io.EOF {
-		return
-	}
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.Aborted, codes.Unavailable:
-	default:
+	if k != pass || r.tag != clearTag || status.Code(err) != codes.DeadlineExceeded {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.spannerFailed == nil {
-		f.spannerFailed = map[string]time.Time{}
-	}
-	f.spannerFailed[r.tag] = time.Now()
+	f.clearTimedOut = time.Now()
 }
 
-// lastSpannerFailure returns when an RPC of tag last failed on Spanner's
-// side, or zero.
-func (f *faults) lastSpannerFailure(tag string) time.Time {
+// lastClearTimeout returns when a clear last ran out of its deadline on
+// Spanner's side, or zero.
+func (f *faults) lastClearTimeout() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.spannerFailed[tag]
+	return f.clearTimedOut
 }
 
 func (f *faults) options() []option.ClientOption {

@@ -104,3 +104,63 @@ func TestReleaseEndsTheLeaseBeforeItCommits(t *testing.T) {
 		}
 	})
 }
+
+// While Spanner answers none of a Client's clears in time but its renewals
+// commit, a lease let go stays held, since its row is free only once a clear
+// commits; the Client's other leases go on being renewed, since a clear that
+// waits out its deadline never delays a renewal; and once Spanner answers
+// the clears again the row is free after the clear then in flight runs out
+// and the next one commits.
+func TestUnansweredClearsHoldTheRowButNotTheRenewals(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := emulator.Context(t)
+		db := newDatabase(t)
+		f := &faults{}
+		ttl := 3 * time.Second
+		a := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(ttl), lease.WithHolderID("a"))
+		observer := newClient(t, db)
+		anchor := mustAcquire(t, ctx, a, "anchor")
+		l := mustAcquire(t, ctx, a, "job")
+
+		// Every Commit of a release or clear is blackholed until its deadline.
+		plan := map[int]fault{}
+		for i := range 1000 {
+			plan[i] = delayed
+		}
+		f.arm(func(r rpc) bool { return r.tag == clearTag && strings.HasSuffix(r.method, "/Commit") }, plan)
+		if err := l.Release(ctx); err == nil {
+			t.Fatal("Release whose commit was never sent returned nil")
+		}
+		// Three TTLs: a session whose renewals waited for the clears would
+		// pass its local deadline (TTL minus a tenth after the last renewal)
+		// and lose the anchor.
+		for until := time.Now().Add(3 * ttl); time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
+			if anchor.Context().Err() != nil {
+				t.Fatalf("the Client's other lease ended while its clears went unanswered: %v", context.Cause(anchor.Context()))
+			}
+			h, err := observer.Holder(ctx, "job")
+			fatalIf(t, err, "Holder(job) while the clears go unanswered")
+			if h.Token != l.Token() {
+				t.Fatalf("job is held with token %d, want the lease let go (%d)", h.Token, l.Token())
+			}
+		}
+		answered := time.Now()
+		if trace, hits := f.disarm(); hits < 3 {
+			t.Fatalf("%d commits of clears were tried in three TTLs, want at least 3: %v", hits, trace)
+		}
+		// The clear in flight runs out at its deadline (TTL minus a tenth);
+		// the next starts within the loop's backoff (at most half a renewal
+		// interval and a quarter of that) and commits. Renewals keep the
+		// session live meanwhile, so nothing but a clear can free the row;
+		// the two seconds more are for a loaded machine's commit.
+		bound := ttl - ttl/10 + a.TTL()/3/2*5/4 + 2*time.Second
+		waitFor(t, "job free once Spanner answers the clears", bound, func() bool {
+			_, err := observer.Holder(ctx, "job")
+			return errors.Is(err, lease.ErrNoHolder)
+		})
+		if anchor.Context().Err() != nil {
+			t.Fatalf("the other lease ended: %v", context.Cause(anchor.Context()))
+		}
+		t.Logf("job free %s after Spanner answered the clears again", time.Since(answered).Round(time.Millisecond))
+	})
+}

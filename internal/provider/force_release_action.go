@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -138,7 +139,7 @@ func (a *forceReleaseAction) ModifyPlan(ctx context.Context, req action.ModifyPl
 	case err != nil:
 		resp.Diagnostics.AddAttributeWarning(path.Root("name"), "Cannot read who holds "+what, fmt.Sprintf(
 			"Reading who holds %s, to show whom this action would end: %v. The plan goes on; the action reads the "+
-				"holder again when it runs.", what, err))
+				"holder again when it runs.", what, strings.TrimSuffix(err.Error(), ".")))
 	case sem != nil:
 		resp.Diagnostics.AddAttributeWarning(path.Root("name"), fmt.Sprintf("%s is a semaphore", name), fmt.Sprintf(
 			"%q in table %s is a semaphore with %d permit(s), %d of them held now: invoking this action without slot "+

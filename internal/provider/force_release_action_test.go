@@ -332,7 +332,7 @@ action "spannerlock_force_release" "no_table" {
 	w.pointsAt(t, "name")
 	deadline := func(h lease.Holder) string { return "expires " + h.ExpiresAt.UTC().Format(time.RFC3339) }
 	if !strings.Contains(w.Detail, fmt.Sprintf(`lease "deploy" in table locks is held by stuck-job with token %d`, stuck.Token())) ||
-		!(strings.Contains(w.Detail, deadline(before)) || strings.Contains(w.Detail, deadline(after))) {
+		!strings.Contains(w.Detail, deadline(before)) && !strings.Contains(w.Detail, deadline(after)) {
 		t.Errorf("the plan's warning says %q; want holder stuck-job, token %d and %q", w.Detail, stuck.Token(), deadline(before))
 	}
 	// Planning ended nothing.

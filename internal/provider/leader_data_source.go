@@ -112,7 +112,7 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 		return
 	}
 	table, name := m.Table.ValueString(), m.Name.ValueString()
-	h, sem, err := d.holder(ctx, db, table, name)
+	h, sem, err := d.data.holder(ctx, db, table, name)
 	held := err == nil && sem == nil
 	if err != nil && !errors.Is(err, lease.ErrNoHolder) {
 		resp.Diagnostics.AddError("Cannot read lease", fmt.Sprintf("reading lease %q in table %s: %v", name, table, err))
@@ -143,9 +143,10 @@ func (d *leaderDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 // holder is lease.Client.Holder itself, not a copy of its query. A
 // semaphore's name has no single holder: sem then describes the semaphore,
 // and err is nil. Another kind of name (a worker-ID pool's) is lease's
-// error, which says what it is.
-func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (h lease.Holder, sem *lease.Semaphore, err error) {
-	err = d.data.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+// error, which says what it is. The spannerlock_leader data source and the
+// spannerlock_force_release action's plan read holders with it.
+func (d *providerData) holder(ctx context.Context, db, table, name string) (h lease.Holder, sem *lease.Semaphore, err error) {
+	err = d.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
 		var err error
 		if h, err = lc.Holder(ctx, name); !errors.Is(err, lease.ErrWrongKind) {
 			return err
@@ -158,6 +159,28 @@ func (d *leaderDataSource) holder(ctx context.Context, db, table, name string) (
 		return nil
 	})
 	return h, sem, err
+}
+
+// permitHolder is the holder of one permit of a semaphore, or of one worker
+// ID of a pool (slot is the ID), as lease.Client.Holders lists it, as the
+// spannerlock_leases data source reads it. When nobody holds it, the error
+// matches lease.ErrNoHolder.
+func (d *providerData) permitHolder(ctx context.Context, db, table, name string, slot int64) (lease.Holder, error) {
+	var all []lease.Holder
+	err := d.withLease(ctx, db, table, func(ctx context.Context, lc *lease.Client) error {
+		var err error
+		all, err = lc.Holders(ctx)
+		return err
+	})
+	if err != nil {
+		return lease.Holder{}, err
+	}
+	for _, h := range all {
+		if h.Name == name && h.Slot == slot && (h.Kind == "permit" || h.Kind == "worker_id") {
+			return h, nil
+		}
+	}
+	return lease.Holder{}, fmt.Errorf("%w: slot %d of %q", lease.ErrNoHolder, slot, name)
 }
 
 func timestamp(t time.Time) types.String {

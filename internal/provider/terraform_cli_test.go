@@ -137,6 +137,11 @@ type diagnosticJSON struct {
 	Severity string `json:"severity"`
 	Summary  string `json:"summary"`
 	Detail   string `json:"detail"`
+	// Snippet is the configuration the diagnostic points at: for a
+	// provider's diagnostic on an attribute, that attribute's line.
+	Snippet *struct {
+		Code string `json:"code"`
+	} `json:"snippet"`
 }
 
 // run runs terraform with args in the configuration's directory.

@@ -22,3 +22,18 @@ action "spannerlock_force_release" "migration_permit" {
     slot  = 2
   }
 }
+
+# Only the holder that was read: plan it first, and the plan's warning says
+# who holds the lease, with its token and deadline,
+#
+#   terraform plan -invoke=action.spannerlock_force_release.deploy_checked
+#
+# then set token to that holder's. If the lease changed hands meanwhile, the
+# action ends nothing and fails, saying who holds it now.
+action "spannerlock_force_release" "deploy_checked" {
+  config {
+    table = "locks"
+    name  = "deploy"
+    token = 42
+  }
+}

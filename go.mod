@@ -1,6 +1,6 @@
 module github.com/spannerlock/terraform-provider-spannerlock
 
-go 1.26
+go 1.25.8
 
 require (
 	cloud.google.com/go/auth v0.17.0

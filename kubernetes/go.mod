@@ -1,6 +1,6 @@
 module github.com/spannerlock/terraform-provider-spannerlock/kubernetes
 
-go 1.26.0
+go 1.25.8
 
 replace github.com/spannerlock/terraform-provider-spannerlock => ../
 

@@ -21,6 +21,11 @@ shift
 GO=${GO:-go}
 root=github.com/spannerlock/terraform-provider-spannerlock
 req=$(sed -n "s#^\t$root \(v[^ ]*\)\$#\1#p" kubernetes/go.mod)
+# The application states the lowest Go the kubernetes module's go.mod allows:
+# go get and go mod tidy raise it if any requirement needs more, which fails
+# the check, and go vet then flags any use of the standard library newer than
+# it (its stdversion analyzer).
+golowest=$(sed -n 's#^go \([0-9.]*\)$#\1#p' kubernetes/go.mod)
 [ "$req" = "$version" ] || { echo "kubernetes/go.mod requires $root $req, not $version: tag both modules at one version" >&2; exit 1; }
 
 tmp=$(mktemp -d); [ -z "${KEEP:-}" ] || echo "keeping $tmp"
@@ -86,11 +91,14 @@ func main() {
 GO
 	( cd "$app" &&
 		$GO mod init example.com/app >/dev/null 2>&1 &&
+		$GO mod edit -go="$golowest" &&
 		$GO get "$root/kubernetes@$version" "k8s.io/client-go@$cg" &&
 		$GO mod tidy &&
 		got=$($GO list -m -f '{{.Version}}' k8s.io/client-go) &&
 		{ [ "$got" = "$cg" ] || { echo "asked for client-go $cg, the build selected $got" >&2; exit 1; }; } &&
+		gotgo=$(sed -n 's#^go \([0-9.]*\)$#\1#p' go.mod) &&
+		{ [ "$gotgo" = "$golowest" ] || { echo "the application needs go $gotgo, above the go $golowest kubernetes/go.mod states" >&2; exit 1; }; } &&
 		{ ! $GO list -m sigs.k8s.io/controller-runtime >/dev/null 2>&1 || { echo "controller-runtime is among the requirements" >&2; exit 1; }; } &&
 		$GO build ./... && $GO vet ./... ) || { echo "FAIL: installing $root/kubernetes@$version with client-go $cg" >&2; exit 1; }
-	echo "ok: $root/kubernetes@$version builds from a proxy with client-go $cg"
+	echo "ok: $root/kubernetes@$version builds from a proxy with client-go $cg at go $golowest"
 done

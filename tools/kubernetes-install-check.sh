@@ -102,6 +102,6 @@ GO
 		want=$(printf '%s\n' "$golowest" "$cggo" | sort -V | tail -1) &&
 		{ [ "$gotgo" = "$want" ] || { echo "the application needs go $gotgo, above both the go $golowest kubernetes/go.mod states and client-go $cg's go $cggo" >&2; exit 1; }; } &&
 		{ ! $GO list -m sigs.k8s.io/controller-runtime >/dev/null 2>&1 || { echo "controller-runtime is among the requirements" >&2; exit 1; }; } &&
-		$GO build ./... && $GO vet ./... ) || { echo "FAIL: installing $root/kubernetes@$version with client-go $cg" >&2; exit 1; }
-	echo "ok: $root/kubernetes@$version builds from a proxy with client-go $cg at go $gotgo"
+		$GO build ./... && $GO vet ./... &&
+		echo "ok: $root/kubernetes@$version builds from a proxy with client-go $cg at go $gotgo" ) || { echo "FAIL: installing $root/kubernetes@$version with client-go $cg" >&2; exit 1; }
 done

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -62,12 +63,12 @@ func (q *queryFaults) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 }
 
 // Holders and Waiters, which status and the spannerlock_leases data source
-// read, read again when the emulator drops their transaction ("Transaction
+// read (status reads Jobs and Semaphores with them), read again when the emulator drops their transaction ("Transaction
 // not found", NOT_FOUND, as it does while other transactions run) or aborts
 // it, and return the rows they would have; an error that is no outage, a
 // connection closing or the caller's context ending is returned at once,
 // and all the tries together end within the call timeout.
-func TestHoldersAndWaitersReadAgainAfterTransientErrors(t *testing.T) {
+func TestStatusReadsReadAgainAfterTransientErrors(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := emulator.Context(t)
 		db := newDatabase(t)
@@ -84,15 +85,25 @@ func TestHoldersAndWaitersReadAgainAfterTransientErrors(t *testing.T) {
 		waited := make(chan error, 1)
 		go func() {
 			l, err := waiter.Acquire(wctx, "a")
-			if err == nil {
-				err = l.Release(ctx)
+			if err != nil {
+				waited <- nil // its context ended, as the test ends
+				return
 			}
-			waited <- err
+			_ = l.Release(ctx)
+			waited <- errors.New("the waiter acquired a lock held all along")
 		}()
 		inLine(t, ctx, reader, "a", "waiter")
+		fatalIf(t, holder.SetPermits(ctx, "pool", 2), "SetPermits")
+		permit, err := holder.AcquirePermit(ctx, "pool")
+		fatalIf(t, err, "AcquirePermit")
+		defer func() { fatalIf(t, permit.Release(ctx), "the permit's Release") }()
+		slot := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
+		if ran, err := holder.RunOnce(ctx, "report", slot, func(context.Context) error { return nil }); !ran || err != nil {
+			t.Fatalf("RunOnce = %t, %v", ran, err)
+		}
 		defer func() {
 			wcancel()
-			<-waited
+			fatalIf(t, <-waited, "the waiter")
 			fatalIf(t, held.Release(ctx), "Release")
 		}()
 
@@ -120,6 +131,28 @@ func TestHoldersAndWaitersReadAgainAfterTransientErrors(t *testing.T) {
 				if got, want := q.count(), k+2; got != want {
 					t.Fatalf("Holders with query %d %s ran %d queries, want %d (both read again)", k, tc.what, got, want)
 				}
+			}
+			// Semaphores reads two queries too; Jobs one (status reads it
+			// with the others).
+			for _, k := range []int{1, 2} {
+				q.fail(k, 1, tc.err, nil)
+				sems, err := reader.Semaphores(ctx)
+				fatalIf(t, err, "Semaphores with query %d %s", k, tc.what)
+				if len(sems) != 1 || sems[0].Name != "pool" || len(sems[0].Holders) != 1 {
+					t.Fatalf("Semaphores with query %d %s = %+v, want pool with one holder", k, tc.what, sems)
+				}
+				if got, want := q.count(), k+2; got != want {
+					t.Fatalf("Semaphores with query %d %s ran %d queries, want %d (both read again)", k, tc.what, got, want)
+				}
+			}
+			q.fail(1, 1, tc.err, nil)
+			jobs, err := reader.Jobs(ctx)
+			fatalIf(t, err, "Jobs with its query %s", tc.what)
+			if len(jobs) != 1 || jobs[0].Job != "report" || !jobs[0].Done {
+				t.Fatalf("Jobs with its query %s = %+v, want report done", tc.what, jobs)
+			}
+			if got := q.count(); got != 2 {
+				t.Fatalf("Jobs with its query %s ran %d queries, want 2 (one failed, one read again)", tc.what, got)
 			}
 			q.fail(1, 1, tc.err, nil)
 			ws, err := reader.Waiters(ctx)

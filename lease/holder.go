@@ -106,7 +106,9 @@ func (c *Client) Waiters(ctx context.Context) ([]Waiter, error) {
 // Holders returns every live lease in the table: locks, then the permits of
 // semaphores and worker pools (whose Name is the semaphore's or pool's), in
 // one read-only transaction. It reads the whole table: it is for people and
-// tools (spannerlock status), not for a hot path.
+// tools (spannerlock status), not for a hot path. Like Waiters, Jobs and
+// Semaphores it reads again after an outage or an aborted or dropped
+// transaction, all tries within the Client's call timeout (at most 10s).
 //
 // It reads a table at an older schema version too (from version 1), as the
 // applications of that version judge their leases, so that a table can be

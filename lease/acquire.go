@@ -378,7 +378,9 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 		committing bool
 		reaped     bool
 		queued     bool
-		completed  bool
+		// ended is the error of a RunOnce slot done or failed out, whose
+		// attempt commits only the deletes of the slot's dead waiters.
+		ended error
 	)
 	if r == create {
 		// Whatever ends this attempt without confirming or abandoning the
@@ -396,20 +398,23 @@ func (c *Client) attempt(ctx context.Context, s *session, r role, t target, cfg 
 			err    error
 		)
 		gs, writes, err = t.take(ctx, tx, a)
-		reaped, queued, completed = errors.Is(err, errReaped), errors.Is(err, errQueued), errors.Is(err, errCompleted)
+		reaped, queued, ended = errors.Is(err, errReaped), errors.Is(err, errQueued), nil
+		if errors.Is(err, errCompleted) || errors.Is(err, ErrTooManyFailures) {
+			ended = err
+		}
 		committing = err == nil || reaped || queued
-		if reaped || queued || completed && len(writes) > 0 {
+		if reaped || queued || ended != nil && len(writes) > 0 {
 			return writes, nil
 		}
 		return writes, err
 	})
-	if completed {
-		// The slot was seen done, which it stays (until cleanup deletes its
-		// row); whether the deletes of its dead waiters landed changes
-		// nothing for the caller: a later caller or release takes them out.
-		// No session row was written.
+	if ended != nil {
+		// The slot was seen done or failed out, which it stays (until
+		// cleanup deletes its row); whether the deletes of its dead waiters
+		// landed changes nothing for the caller: a later caller takes them
+		// out. No session row was written.
 		c.remember(t)
-		return nil, time.Time{}, errCompleted
+		return nil, time.Time{}, ended
 	}
 	switch {
 	case err != nil && committing && r == create && spanner.ErrCode(err) == codes.AlreadyExists:

@@ -81,18 +81,21 @@ func (c *Client) Waiters(ctx context.Context) ([]Waiter, error) {
 		return nil, err
 	}
 	var waiters []Waiter
-	err := c.st.db.Single().Query(ctx, c.st.sql.selectWaiters.bind(nil)).Do(func(sr *spanner.Row) error {
-		var (
-			w    Waiter
-			mode spanner.NullString
-			id   spanner.NullString
-		)
-		if err := sr.Columns(&w.Name, &id, &mode, &w.Since); err != nil {
-			return err
-		}
-		w.HolderID, w.Shared = id.StringVal, mode.StringVal == modeShared
-		waiters = append(waiters, w)
-		return nil
+	err := c.st.readAgain(ctx, func(ctx context.Context) error {
+		waiters = nil
+		return c.st.db.Single().Query(ctx, c.st.sql.selectWaiters.bind(nil)).Do(func(sr *spanner.Row) error {
+			var (
+				w    Waiter
+				mode spanner.NullString
+				id   spanner.NullString
+			)
+			if err := sr.Columns(&w.Name, &id, &mode, &w.Since); err != nil {
+				return err
+			}
+			w.HolderID, w.Shared = id.StringVal, mode.StringVal == modeShared
+			waiters = append(waiters, w)
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, c.st.explain(err)
@@ -103,7 +106,9 @@ func (c *Client) Waiters(ctx context.Context) ([]Waiter, error) {
 // Holders returns every live lease in the table: locks, then the permits of
 // semaphores and worker pools (whose Name is the semaphore's or pool's), in
 // one read-only transaction. It reads the whole table: it is for people and
-// tools (spannerlock status), not for a hot path.
+// tools (spannerlock status), not for a hot path. Like Waiters, Jobs and
+// Semaphores it reads again after an outage or an aborted or dropped
+// transaction, all tries within the Client's call timeout (at most 10s).
 //
 // It reads a table at an older schema version too (from version 1), as the
 // applications of that version judge their leases, so that a table can be
@@ -114,18 +119,24 @@ func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 		return nil, err
 	}
 	var holders []Holder
-	txn := c.st.db.ReadOnlyTransaction()
-	defer txn.Close()
-	err := txn.Query(ctx, c.st.sql.selectLive.bind(nil)).Do(func(sr *spanner.Row) error {
-		var r row
-		if err := r.scan(sr, r.lockFields()...); err != nil {
+	// A retry reads both queries again, in a new transaction: the two are
+	// one snapshot.
+	err := c.st.readAgain(ctx, func(ctx context.Context) error {
+		holders = nil
+		txn := c.st.db.ReadOnlyTransaction()
+		defer txn.Close()
+		err := txn.Query(ctx, c.st.sql.selectLive.bind(nil)).Do(func(sr *spanner.Row) error {
+			var r row
+			if err := r.scan(sr, r.lockFields()...); err != nil {
+				return err
+			}
+			holders = append(holders, r.holder())
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		holders = append(holders, r.holder())
-		return nil
-	})
-	if err == nil {
-		err = txn.Query(ctx, c.st.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
+		return txn.Query(ctx, c.st.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
 			var r row
 			if err := r.scan(sr, r.permitFields()...); err != nil {
 				return err
@@ -133,7 +144,7 @@ func (c *Client) Holders(ctx context.Context) ([]Holder, error) {
 			holders = append(holders, r.holder())
 			return nil
 		})
-	}
+	})
 	if err != nil {
 		// Read-only, so it may look: a table at an older version is read
 		// as its applications judge their leases (holders_old.go).

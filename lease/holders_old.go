@@ -57,9 +57,7 @@ func (st *store) holdersAt(ctx context.Context, version int) ([]Holder, error) {
 			WHERE %s ORDER BY p.name, p.slot`, q.sessionExpires("sess"), q.QuotePermitsTable(st.table), t, s, q.sessionLive("sess"))
 	}
 	var holders []Holder
-	txn := st.db.ReadOnlyTransaction()
-	defer txn.Close()
-	read := func(sql string, slot bool) error {
+	read := func(ctx context.Context, txn *spanner.ReadOnlyTransaction, sql string, slot bool) error {
 		return txn.Query(ctx, q.statement(sql).bind(nil)).Do(func(sr *spanner.Row) error {
 			r := row{slot: lockSlot, live: true}
 			fields := []any{&r.rowName, &r.token, &r.holderID, &r.acquired, &r.renewed, &r.expires, &r.payload}
@@ -75,10 +73,16 @@ func (st *store) holdersAt(ctx context.Context, version int) ([]Holder, error) {
 			return nil
 		})
 	}
-	err := read(locks, false)
-	if err == nil && permits != "" {
-		err = read(permits, true)
-	}
+	err := st.readAgain(ctx, func(ctx context.Context) error {
+		holders = nil
+		txn := st.db.ReadOnlyTransaction()
+		defer txn.Close()
+		err := read(ctx, txn, locks, false)
+		if err == nil && permits != "" {
+			err = read(ctx, txn, permits, true)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, st.explain(err)
 	}

@@ -31,31 +31,34 @@ func (c *Client) Jobs(ctx context.Context) ([]JobSlot, error) {
 		return nil, err
 	}
 	var slots []JobSlot
-	err := c.st.db.Single().Query(ctx, c.st.sql.selectJobs.bind(nil)).Do(func(sr *spanner.Row) error {
-		var (
-			r           row
-			completedAt spanner.NullTime
-		)
-		if err := r.scan(sr, append(r.lockFields(), &completedAt)...); err != nil {
-			return err
-		}
-		job, slot, ok := parseJobSlotName(r.name)
-		if !ok {
-			return nil // not a name RunOnce makes
-		}
-		j := JobSlot{Job: job, Slot: slot, Done: r.completed, CompletedAt: completedAt.Time, Runs: r.attempts.Int64}
-		j.Failures = j.Runs
-		if j.Done {
-			j.Failures--
-		}
-		if r.live {
-			h := r.holder()
-			j.Runner = &h
-			j.Failures--
-		}
-		j.Failures = max(0, j.Failures)
-		slots = append(slots, j)
-		return nil
+	err := c.st.readAgain(ctx, func(ctx context.Context) error {
+		slots = nil
+		return c.st.db.Single().Query(ctx, c.st.sql.selectJobs.bind(nil)).Do(func(sr *spanner.Row) error {
+			var (
+				r           row
+				completedAt spanner.NullTime
+			)
+			if err := r.scan(sr, append(r.lockFields(), &completedAt)...); err != nil {
+				return err
+			}
+			job, slot, ok := parseJobSlotName(r.name)
+			if !ok {
+				return nil // not a name RunOnce makes
+			}
+			j := JobSlot{Job: job, Slot: slot, Done: r.completed, CompletedAt: completedAt.Time, Runs: r.attempts.Int64}
+			j.Failures = j.Runs
+			if j.Done {
+				j.Failures--
+			}
+			if r.live {
+				h := r.holder()
+				j.Runner = &h
+				j.Failures--
+			}
+			j.Failures = max(0, j.Failures)
+			slots = append(slots, j)
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, c.st.explain(err)

@@ -68,21 +68,27 @@ func (c *Client) Semaphores(ctx context.Context) ([]Semaphore, error) {
 	if err := c.st.prepare(ctx); err != nil {
 		return nil, err
 	}
-	txn := c.st.db.ReadOnlyTransaction()
-	defer txn.Close()
 	var sems []Semaphore
-	byName := map[string]int{}
-	err := txn.Query(ctx, c.st.sql.selectSemaphores.bind(nil)).Do(func(sr *spanner.Row) error {
-		var s Semaphore
-		if err := sr.Columns(&s.Name, &s.Permits); err != nil {
+	// A retry reads both queries again, in a new transaction: the two are
+	// one snapshot.
+	err := c.st.readAgain(ctx, func(ctx context.Context) error {
+		sems = nil
+		txn := c.st.db.ReadOnlyTransaction()
+		defer txn.Close()
+		byName := map[string]int{}
+		err := txn.Query(ctx, c.st.sql.selectSemaphores.bind(nil)).Do(func(sr *spanner.Row) error {
+			var s Semaphore
+			if err := sr.Columns(&s.Name, &s.Permits); err != nil {
+				return err
+			}
+			byName[s.Name] = len(sems)
+			sems = append(sems, s)
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		byName[s.Name] = len(sems)
-		sems = append(sems, s)
-		return nil
-	})
-	if err == nil {
-		err = txn.Query(ctx, c.st.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
+		return txn.Query(ctx, c.st.sql.selectLivePermits.bind(nil)).Do(func(sr *spanner.Row) error {
 			var r row
 			if err := r.scan(sr, r.permitFields()...); err != nil {
 				return err
@@ -92,7 +98,7 @@ func (c *Client) Semaphores(ctx context.Context) ([]Semaphore, error) {
 			}
 			return nil
 		})
-	}
+	})
 	if err != nil {
 		return nil, c.st.explain(err)
 	}

@@ -259,6 +259,52 @@ func transient(err error) bool {
 	return false
 }
 
+// transactionGone reports whether err says Spanner no longer knows the
+// transaction a read ran in: the emulator answers NOT_FOUND "Transaction
+// not found: <id>" to a query of a read-only transaction it has dropped
+// meanwhile (while other transactions ran). The read, begun again, reads
+// what it would have: the error says nothing about the rows or the table.
+func transactionGone(err error) bool {
+	return spanner.ErrCode(err) == codes.NotFound && strings.Contains(err.Error(), "Transaction not found")
+}
+
+// readAgainAfter reports whether a read that failed with err is worth
+// running again: an outage, or its transaction gone; never a connection
+// that is closing.
+func readAgainAfter(err error) bool {
+	return transient(err) || transactionGone(err) && !connClosing(err)
+}
+
+// readAgain runs read, which only reads, again while it fails with an error
+// worth retrying (transient, or its transaction gone) and both ctx and the
+// call timeout, which bounds all the tries together, leave time for it.
+// It returns read's last error: a connection closing, a context that ended
+// or any error from the caller's side is returned at once.
+func (st *store) readAgain(ctx context.Context, read func(ctx context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, st.cfg.callTimeout())
+	defer cancel()
+	var last error
+	for attempt := 0; ; attempt++ {
+		err := read(rctx)
+		if err != nil && last != nil && ctx.Err() == nil && rctx.Err() != nil {
+			// The call timeout ended this try: the error before it says
+			// what kept the read from succeeding.
+			return last
+		}
+		if err == nil || rctx.Err() != nil || !readAgainAfter(err) {
+			return err
+		}
+		last = err
+		t := time.NewTimer(backoff(attempt, st.cfg.pollInterval))
+		select {
+		case <-rctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
 // connClosingMessage is gRPC's message for an RPC on a connection that is
 // closing (grpc.ErrClientConnClosing, CANCELLED).
 const connClosingMessage = "the client connection is closing"

@@ -61,7 +61,8 @@ func (b *busy) Error() string { return b.err.Error() }
 func (b *busy) Unwrap() error { return b.err }
 
 // errCompleted ends an acquisition of a RunOnce slot that succeeded (it
-// commits the deletes of the slot's dead waiters take returns with it);
+// commits the deletes of the slot's dead waiters take returns with it, as
+// an ErrTooManyFailures does);
 // errReaped commits one that only unlinked expired permits (there were
 // more than one commit may take), so the next attempt can grant; errQueued
 // commits one that found the target taken and put the attempt in line.
@@ -119,11 +120,12 @@ func (t lockTarget) take(ctx context.Context, tx *spanner.ReadWriteTransaction, 
 	for _, name := range t.lockNames {
 		l := lines[name]
 		switch err := t.blocker(c, l, a.place); {
-		case errors.Is(err, errCompleted) && a.place == nil:
-			// No release writes a completed slot's line again: the callers
-			// that find it done take its dead waiters out, or they stay as
-			// long as the row. (A caller in line leaves it by leaveLine,
-			// which takes them out too.) The attempt commits the deletes.
+		case (errors.Is(err, errCompleted) || errors.Is(err, ErrTooManyFailures)) && a.place == nil:
+			// No release writes the line of a slot done, or failed out, again
+			// (nothing takes it any more): the callers that find it so take
+			// its dead waiters out, or they stay as long as the row. (A
+			// caller in line leaves it by leaveLine, which takes them out
+			// too.) The attempt commits the deletes.
 			return nil, l.leavers(c.keeper, nil), err
 		case errors.Is(err, errCompleted), errors.Is(err, ErrWrongKind), errors.Is(err, ErrTooManyFailures):
 			return nil, nil, err

@@ -247,17 +247,36 @@ func TestAGivenUpWaitSaysWhetherItSawAHolderOrAnOutage(t *testing.T) {
 			t.Fatalf("Acquire of a held name whose context ended: %v; want context.DeadlineExceeded and a *HeldError naming holder", err)
 		}
 
-		// The same wait, cut off from Spanner after its first look.
-		var once sync.Once
-		f.setHold(func(rpc, any) {})
-		// A poll Spanner does not answer gives up after 2×100ms, at least 1s.
-		down, cancelDown := context.WithTimeout(ctx, 4*time.Second)
+		// The same wait, cut off from Spanner once its first look put it in
+		// line (its entry is in Spanner: that look ended, and found x held).
+		// Until then it is not cut off, however slow the machine: a look
+		// that never ended before the context did has seen nothing.
+		before := map[time.Time]bool{}
+		ws, err := holder.Waiters(ctx)
+		fatalIf(t, err, "Waiters")
+		for _, w := range ws {
+			before[w.Since] = true
+		}
+		// A poll Spanner does not answer gives up after 2×100ms, at least
+		// 1s; the context leaves room for the first look on a loaded machine.
+		down, cancelDown := context.WithTimeout(ctx, 8*time.Second)
 		defer cancelDown()
+		inLine := make(chan struct{})
 		go func() {
-			time.Sleep(300 * time.Millisecond)
-			once.Do(func() { f.partition(true) })
+			defer close(inLine)
+			for down.Err() == nil {
+				ws, err := holder.Waiters(down)
+				for _, w := range ws {
+					if err == nil && w.Name == "x" && !before[w.Since] {
+						f.partition(true)
+						return
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 		}()
 		_, err = a.Acquire(down, "x")
+		<-inLine
 		f.partition(false)
 		var gaveUp *lease.WaitError
 		switch {

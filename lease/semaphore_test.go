@@ -105,8 +105,19 @@ func TestSemaphoreNeverGrantsMoreThanItsLimit(t *testing.T) {
 						inside.Add(-1)
 						err = enter(l.Context(), sc, l, -1)
 					}
-					if rerr := l.Release(ctx); err == nil {
-						err = rerr
+					// A Release whose commit Spanner did not answer in time
+					// (ten Clients contend, on a loaded machine) is left to
+					// the Client, which clears the permit in the background:
+					// the package's promise, not a breach of the limit. A
+					// live permit reported lost is one.
+					switch rerr := l.Release(ctx); {
+					case rerr == nil:
+					case errors.Is(rerr, lease.ErrLeaseLost):
+						if err == nil {
+							err = rerr
+						}
+					default:
+						t.Logf("worker %d: a release left to the background: %v", i, rerr)
 					}
 					if err != nil {
 						errs <- fmt.Errorf("worker %d: %w", i, err)

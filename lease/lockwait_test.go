@@ -20,9 +20,13 @@ import (
 // renewal that waited would time out, again and again, until the leases
 // were lost with Spanner reachable throughout.
 
-// lockWaitTTL makes renewals come every 667ms, each bounded at 333ms, while
-// a stalled transaction holds its locks for its whole bound (1.8s).
-const lockWaitTTL = 2 * time.Second
+// lockWaitTTL makes renewals come every second, each bounded at 500ms, while
+// a stalled transaction holds its locks for its whole bound (2.7s): longer
+// than a renewal interval, so a renewal that waited for them would be seen
+// (the lock model records every wait). At a 2s TTL (renewals bounded at
+// 333ms), two make test runs at once timed three renewals in a row out on
+// load alone, and the lease was lost with no renewal having waited.
+const lockWaitTTL = 3 * time.Second
 
 // checkRenewedThrough checks, after a stall, that the Client's renewals
 // never waited and that its leases are still held.

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -418,76 +419,109 @@ func TestRunOnceCountsOnlyRealRuns(t *testing.T) {
 }
 
 // A waiter that died in a RunOnce slot's line while the slot ran is taken
-// out by the next RunOnce of the slot, which finds it done: no other
-// transaction writes a completed slot's line, so that one must, or the
-// entry stays for as long as the slot's row (the randomized test found it
-// after quiescence).
-func TestADeadWaiterLeavesACompletedRunOnceSlotsLine(t *testing.T) {
-	eachDialect(t, func(t *testing.T) {
-		ctx := emulator.Context(t)
-		db := newDatabase(t)
-		ttl := 2 * time.Second
-		slot := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
-		name := lease.JobSlotName("report", slot)
-		runner := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("runner"))
-		f := &faults{}
-		// The doomed waiter's entry must still be live when the run's
-		// completion commits, just after the doomed Client is cut off: its
-		// TTL bounds how long that may take on a loaded machine.
-		doomedTTL := 10 * time.Second
-		doomed := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(doomedTTL), lease.WithHolderID("doomed"),
-			lease.WithPollInterval(50*time.Millisecond))
-		late := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("late"))
-		observer := newClient(t, db)
-		running, finish := make(chan struct{}), make(chan struct{})
-		ran := make(chan error, 1)
-		go func() {
-			_, err := runner.RunOnce(ctx, "report", slot, func(context.Context) error {
-				close(running)
-				<-finish
-				return nil
+// out by the next RunOnce of the slot, which finds it finished: done, or
+// failed as often as WithMaxFailures allows. Nothing takes such a slot
+// again, so no other transaction writes its line, and the entry would stay
+// as long as the slot's row (the randomized test found it after
+// quiescence).
+func TestADeadWaiterLeavesAFinishedRunOnceSlotsLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// jobErr is what the run returns; opts are the waiters' options.
+		jobErr error
+		opts   []lease.RunOnceOption
+		// late are the options of the late calls, one call each; each
+		// must return (false, wantErr) and leave the line empty.
+		late    [][]lease.RunOnceOption
+		wantErr error
+	}{
+		{name: "done", late: [][]lease.RunOnceOption{nil}},
+		{name: "failed out", jobErr: errors.New("the job failed"), opts: []lease.RunOnceOption{lease.WithMaxFailures(1)},
+			// The first late call takes the dead entry out; the second,
+			// which does not wait, finds the line empty.
+			late:    [][]lease.RunOnceOption{{lease.WithMaxFailures(1)}, {lease.WithMaxFailures(1), lease.WithoutWaiting()}},
+			wantErr: lease.ErrTooManyFailures},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				ctx := emulator.Context(t)
+				db := newDatabase(t)
+				ttl := 2 * time.Second
+				slot := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+				name := lease.JobSlotName("report", slot)
+				runner := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("runner"))
+				f := &faults{}
+				// The doomed waiter's entry must still be live when the
+				// run lets go, just after the doomed Client is cut off:
+				// its TTL bounds how long that may take on a loaded machine.
+				doomedTTL := 10 * time.Second
+				doomed := newClientWith(t, spannerClient(t, db, f.options()...), lease.WithTTL(doomedTTL), lease.WithHolderID("doomed"),
+					lease.WithPollInterval(50*time.Millisecond))
+				late := newClient(t, db, lease.WithTTL(ttl), lease.WithHolderID("late"))
+				observer := newClient(t, db)
+				sc := emulator.Client(t, db)
+				running, finish := make(chan struct{}), make(chan struct{})
+				ran := make(chan error, 1)
+				go func() {
+					_, err := runner.RunOnce(ctx, "report", slot, func(context.Context) error {
+						close(running)
+						<-finish
+						return tc.jobErr
+					}, tc.opts...)
+					ran <- err
+				}()
+				<-running
+				dctx, dcancel := context.WithCancel(ctx)
+				defer dcancel()
+				gave := make(chan error, 1)
+				go func() {
+					_, err := doomed.RunOnce(dctx, "report", slot, func(context.Context) error { return nil }, tc.opts...)
+					gave <- err
+				}()
+				inLine(t, ctx, observer, name, "doomed")
+				// The doomed waiter is cut off: its leave and renewals
+				// never land, and its session expires in Spanner. The run
+				// finishes meanwhile, while the entry is still live: its
+				// let-go leaves it in line.
+				f.partition(true)
+				close(finish)
+				if err := <-ran; (err == nil) != (tc.jobErr == nil) {
+					t.Fatalf("the runner's RunOnce: %v, want the job's error %v", err, tc.jobErr)
+				}
+				if n := waiterRows(t, ctx, sc, name); n != 1 {
+					t.Fatalf("the slot's line holds %d entries once the run finished, want the doomed one", n)
+				}
+				dcancel()
+				select {
+				case err := <-gave:
+					if err == nil {
+						t.Fatal("the doomed waiter, cut off from Spanner, reported success")
+					}
+				case <-time.After(2 * doomedTTL):
+					t.Fatal("the doomed waiter did not give up within two TTLs of its context ending")
+				}
+				inLine(t, ctx, observer, name) // the doomed session expired: no live waiter
+				if n := waiterRows(t, ctx, sc, name); n != 1 {
+					t.Fatalf("the slot's line holds %d entries before the late RunOnce, want the doomed one", n)
+				}
+				for _, opts := range tc.late {
+					didRun, err := late.RunOnce(ctx, "report", slot, func(context.Context) error {
+						t.Error("the late replica ran a finished slot")
+						return nil
+					}, opts...)
+					if didRun || !errors.Is(err, tc.wantErr) { // errors.Is(err, nil) is err == nil
+						t.Fatalf("the late RunOnce = %t, %v; want false, %v", didRun, err, tc.wantErr)
+					}
+					if n := waiterRows(t, ctx, sc, name); n != 0 {
+						t.Fatalf("the slot's line holds %d entries after a RunOnce found the slot finished", n)
+					}
+				}
+				ws, err := observer.Waiters(ctx)
+				fatalIf(t, err, "Waiters")
+				if i := slices.IndexFunc(ws, func(w lease.Waiter) bool { return w.Name == name }); i >= 0 {
+					t.Fatalf("Waiters lists %+v for a finished slot", ws[i])
+				}
 			})
-			ran <- err
-		}()
-		<-running
-		dctx, dcancel := context.WithCancel(ctx)
-		gave := make(chan error, 1)
-		go func() {
-			_, err := doomed.RunOnce(dctx, "report", slot, func(context.Context) error { return nil })
-			gave <- err
-		}()
-		inLine(t, ctx, observer, name, "doomed")
-		// The doomed waiter is cut off: its leave and renewals never land,
-		// and its session expires in Spanner. The run completes meanwhile,
-		// while the entry is still live: the completion leaves it in line.
-		f.partition(true)
-		close(finish)
-		fatalIf(t, <-ran, "the runner's RunOnce")
-		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 1 {
-			t.Fatalf("the slot's line holds %d entries once the run completed, want the doomed one", n)
-		}
-		dcancel()
-		select {
-		case err := <-gave:
-			if err == nil {
-				t.Fatal("the doomed waiter, cut off from Spanner, reported the slot done")
-			}
-		case <-time.After(2 * doomedTTL):
-			t.Fatal("the doomed waiter did not give up within two TTLs of its context ending")
-		}
-		inLine(t, ctx, observer, name) // the doomed session expired: no live waiter
-		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 1 {
-			t.Fatalf("the slot's line holds %d entries before the late RunOnce, want the doomed one", n)
-		}
-		didRun, err := late.RunOnce(ctx, "report", slot, func(context.Context) error {
-			t.Error("the late replica ran a slot done elsewhere")
-			return nil
 		})
-		if didRun || err != nil {
-			t.Fatalf("the late RunOnce = %t, %v; want false, nil (done elsewhere)", didRun, err)
-		}
-		if n := waiterRows(t, ctx, emulator.Client(t, db), name); n != 0 {
-			t.Fatalf("the slot's line holds %d entries after a RunOnce found the slot done", n)
-		}
-	})
+	}
 }

@@ -77,23 +77,7 @@ func testAccForceReleaseAction(t *testing.T, d locktable.Dialect) {
 	if err := fencedWrite(ctx, sc, stuck, 1); err != nil {
 		t.Fatalf("the holder's fenced write before the force-release: %v", err)
 	}
-	if err := appClient(t, sc, "admin").SetPermits(ctx, "migrations", 2); err != nil {
-		t.Fatal(err)
-	}
-	permit, err := appClient(t, sc, "stuck-migration").TryAcquirePermit(ctx, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	holders, err := appClient(t, sc, "reader").Holders(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var slot int64 = -1
-	for _, h := range holders {
-		if h.Kind == "permit" {
-			slot = h.Slot
-		}
-	}
+	permit, slot := stuckMigrationPermit(ctx, t, sc)
 	tf.write(prov + fmt.Sprintf(`
 action "spannerlock_force_release" "deploy" {
   config {
@@ -261,23 +245,8 @@ func testAccForceReleaseActionPlanWarns(t *testing.T, d locktable.Dialect) {
 	tf.requireTerraformOnly(ctx, terraform114, "actions")
 
 	stuck := holdLease(t, sc, "deploy", "stuck-job")
-	if err := appClient(t, sc, "admin").SetPermits(ctx, "migrations", 2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := appClient(t, sc, "stuck-migration").TryAcquirePermit(ctx, "migrations"); err != nil {
-		t.Fatal(err)
-	}
+	_, slot := stuckMigrationPermit(ctx, t, sc)
 	reader := appClient(t, sc, "reader")
-	holders, err := reader.Holders(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var slot int64 = -1
-	for _, h := range holders {
-		if h.Kind == "permit" {
-			slot = h.Slot
-		}
-	}
 	tf.write(prov + fmt.Sprintf(`
 action "spannerlock_force_release" "deploy" {
   config {
@@ -355,4 +324,28 @@ action "spannerlock_force_release" "no_table" {
 
 	tf.run(ctx, "plan", "-json", "-invoke=action.spannerlock_force_release.no_table").ok(t).
 		has(t, "warning", `Cannot read who holds lease "deploy" in table missing`, "The plan goes on")
+}
+
+// stuckMigrationPermit declares the semaphore "migrations" with 2 permits,
+// has "stuck-migration" hold one, and returns it with its slot.
+func stuckMigrationPermit(ctx context.Context, t *testing.T, sc *spanner.Client) (*lease.Lease, int64) {
+	t.Helper()
+	if err := appClient(t, sc, "admin").SetPermits(ctx, "migrations", 2); err != nil {
+		t.Fatal(err)
+	}
+	permit, err := appClient(t, sc, "stuck-migration").TryAcquirePermit(ctx, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders, err := appClient(t, sc, "reader").Holders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range holders {
+		if h.Kind == "permit" {
+			return permit, h.Slot
+		}
+	}
+	t.Fatal("Holders lists no permit of migrations")
+	return nil, 0
 }

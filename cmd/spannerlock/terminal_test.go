@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -107,7 +108,14 @@ func startInTerminal(t *testing.T, c *cli, program string, args ...string) *term
 
 func (term *terminal) waitOutput(s string) {
 	term.t.Helper()
-	waitFor(term.t, fmt.Sprintf("%q on the terminal", s), func() bool { return strings.Contains(term.out.String(), s) })
+	deadline := time.Now().Add(conditionTimeout)
+	for !strings.Contains(term.out.String(), s) {
+		if time.Now().After(deadline) {
+			// The transcript says where the session stood.
+			term.t.Fatalf("timed out after %s waiting for %q on the terminal; it shows:\n%s", conditionTimeout, s, term.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (term *terminal) typeIn(s string) {
